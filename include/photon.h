@@ -1,0 +1,419 @@
+/*
+ * photon.h -- the PHOTON SDK C API. This header is the reference: every call is documented here.
+ *
+ * PHOTON is a hierarchical language model: an encoder compresses tokens into coarse latent streams,
+ * small local decoders expand them top-down, and recursive generation (RecGen) keeps only the
+ * coarsest stream's KV cache while decoding. The same engine also runs the Block Transformer
+ * (PHOTON with one level) and a plain LLaMA-style Transformer ("vanilla") for comparison.
+ *
+ * Objects
+ *   photon_model    an immutable, loaded model file (weights memory-mapped, tokenizer inside).
+ *   photon_session  one generation stream over a model: its token history, caches and sampler.
+ *   photon_*_options  small builders for the settings of a call; they may be freed right after use.
+ *
+ * Errors
+ *   Every fallible call returns a photon_status. On failure, photon_last_error() returns a message
+ *   that names the offending input (file, tensor, argument); it stays readable on the calling thread
+ *   until that thread's next failing call. No call aborts, exits or lets a C++ exception escape.
+ *   Out-parameters are left untouched on failure unless a call says otherwise.
+ *
+ * Thread safety
+ *   A photon_model is immutable after photon_model_load returns: any number of threads may use it at
+ *   once (create sessions, tokenize, score). A photon_session must be used by one thread at a time;
+ *   different sessions may run on different threads concurrently. The exceptions are documented per
+ *   call (photon_session_cancel may be called from any thread). Options objects are not shared.
+ *   photon_last_error() is per thread.
+ *
+ * Compatibility
+ *   The ABI grows only by adding functions and enum values. Settings live in opaque options objects
+ *   with setters, so adding a setting never changes the layout of anything a caller compiled against.
+ *
+ * Example: load a model and stream a completion.
+ *
+ *   #include <photon.h>
+ *   #include <stdio.h>
+ *
+ *   static int on_token(void *user, int32_t token, const char *piece, size_t len, float logprob) {
+ *       (void)user; (void)token; (void)logprob;
+ *       fwrite(piece, 1, len, stdout);
+ *       return 0;                                   // non-zero stops generation
+ *   }
+ *
+ *   int main(void) {
+ *       photon_model *model = NULL;
+ *       photon_session *session = NULL;
+ *       int32_t prompt[256];
+ *       size_t n = 0;
+ *       if (photon_model_load("model.photon", NULL, &model) != PHOTON_OK ||
+ *           photon_model_tokenize(model, "In the beginning", 16, 1, prompt, 256, &n) != PHOTON_OK ||
+ *           photon_session_create(model, NULL, &session) != PHOTON_OK ||
+ *           photon_session_prefill(session, prompt, n) != PHOTON_OK ||
+ *           photon_session_generate(session, 64, on_token, NULL, NULL) != PHOTON_OK) {
+ *           fprintf(stderr, "photon: %s\n", photon_last_error());
+ *       }
+ *       photon_session_free(session);               // free functions accept NULL
+ *       photon_model_free(model);
+ *       return 0;
+ *   }
+ */
+#ifndef PHOTON_H
+#define PHOTON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#if defined(PHOTON_BUILDING_LIBRARY)
+#define PHOTON_API __declspec(dllexport)
+#else
+#define PHOTON_API __declspec(dllimport)
+#endif
+#else
+#define PHOTON_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Version                                                                                        */
+/* ---------------------------------------------------------------------------------------------- */
+
+#define PHOTON_VERSION_MAJOR 0
+#define PHOTON_VERSION_MINOR 1
+#define PHOTON_VERSION_PATCH 0
+/* MAJOR * 10000 + MINOR * 100 + PATCH, comparable with photon_version_number(). */
+#define PHOTON_VERSION_NUMBER \
+    (PHOTON_VERSION_MAJOR * 10000 + PHOTON_VERSION_MINOR * 100 + PHOTON_VERSION_PATCH)
+#define PHOTON_VERSION_STRING "0.1.0"
+
+/* The library's version as "MAJOR.MINOR.PATCH"; compare with PHOTON_VERSION_STRING to detect a
+ * header/library mismatch. Never fails. */
+PHOTON_API const char *photon_version(void);
+
+/* The library's PHOTON_VERSION_NUMBER. Never fails. */
+PHOTON_API uint32_t photon_version_number(void);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Status codes and errors                                                                        */
+/* ---------------------------------------------------------------------------------------------- */
+
+typedef enum photon_status {
+    PHOTON_OK = 0,
+    PHOTON_ERR_INVALID_ARGUMENT = 1,   /* NULL handle, out-of-range setting, bad flag value      */
+    PHOTON_ERR_OUT_OF_MEMORY = 2,      /* a host or device allocation failed                      */
+    PHOTON_ERR_IO = 3,                 /* a file could not be opened, mapped, read or written      */
+    PHOTON_ERR_CANCELLED = 4,          /* a progress callback or photon_session_cancel stopped it */
+    PHOTON_ERR_BUFFER_TOO_SMALL = 5,   /* the caller's buffer is too small; the size was stored   */
+    PHOTON_ERR_BAD_IDENTIFIER = 10,    /* not a PHOTON model file (wrong magic / identifier)      */
+    PHOTON_ERR_UNSUPPORTED_VERSION = 11, /* written by a newer format version                     */
+    PHOTON_ERR_TRUNCATED = 12,         /* the file or blob ends before its declared size          */
+    PHOTON_ERR_CORRUPT = 13,           /* the FlatBuffers verifier or a consistency check failed  */
+    PHOTON_ERR_SIZE_OVERFLOW = 14,     /* a dimension, count or size overflows 64-bit arithmetic  */
+    PHOTON_ERR_TENSOR_BOUNDS = 15,     /* a tensor's bytes lie outside the data section           */
+    PHOTON_ERR_TENSOR_SHAPE = 16,      /* a tensor's shape, size or dtype disagrees with config   */
+    PHOTON_ERR_TENSOR_SET = 17,        /* a tensor is missing, duplicated or not used by config   */
+    PHOTON_ERR_BAD_CONFIG = 18,        /* the model configuration is invalid                     */
+    PHOTON_ERR_TOKENIZER = 19,         /* the embedded tokenizer is invalid or disagrees with V   */
+    PHOTON_ERR_BAD_TOKEN = 20,         /* a token id outside [0, vocab_size)                      */
+    PHOTON_ERR_CONTEXT_FULL = 21,      /* the tokens would exceed the session's context length     */
+    PHOTON_ERR_UNSUPPORTED = 22,       /* valid but not supported, e.g. RecGen with one level     */
+    PHOTON_ERR_WRONG_MODEL = 23,       /* a session state made by a different model or tokenizer  */
+    PHOTON_ERR_DEVICE = 24,            /* the compute device failed or is not available           */
+    PHOTON_ERR_INTERNAL = 99           /* a bug: please report it with the message                */
+} photon_status;
+
+/* The symbolic name of a status, e.g. "PHOTON_ERR_TRUNCATED"; "PHOTON_ERR_UNKNOWN" for values this
+ * version does not know. Never fails; the string is static. */
+PHOTON_API const char *photon_status_name(photon_status status);
+
+/* The message of the last call that failed on this thread ("" if none has). The pointer stays valid
+ * until the next failing call on this thread. */
+PHOTON_API const char *photon_last_error(void);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Models                                                                                         */
+/* ---------------------------------------------------------------------------------------------- */
+
+typedef struct photon_model photon_model;
+typedef struct photon_load_options photon_load_options;
+
+/* Called during photon_model_load with a fraction in [0, 1] that never decreases. Return non-zero to
+ * cancel the load (photon_model_load then returns PHOTON_ERR_CANCELLED). */
+typedef int (*photon_progress_callback)(void *user_data, float fraction);
+
+/* Creates load options holding the defaults (no progress callback). */
+PHOTON_API photon_status photon_load_options_create(photon_load_options **out);
+/* Frees load options; NULL is accepted. */
+PHOTON_API void photon_load_options_free(photon_load_options *options);
+/* Sets the progress callback (NULL to remove it); user_data is passed through unchanged. */
+PHOTON_API photon_status photon_load_options_set_progress(photon_load_options *options,
+                                                          photon_progress_callback callback,
+                                                          void *user_data);
+
+/* Loads and fully verifies a .photon model file: the FlatBuffers header, every size against the real
+ * file length, and the tensor set against the configuration (names, shapes, dtypes). f32 weights are
+ * memory-mapped and used in place; f16 / bf16 weights are widened to f32 for the CPU engine.
+ * options may be NULL for the defaults. On success *out owns the model; free it with photon_model_free.
+ * Fails with PHOTON_ERR_IO, _BAD_IDENTIFIER, _UNSUPPORTED_VERSION, _TRUNCATED, _CORRUPT,
+ * _SIZE_OVERFLOW, _TENSOR_BOUNDS, _TENSOR_SHAPE, _TENSOR_SET, _BAD_CONFIG, _TOKENIZER, _CANCELLED or
+ * _OUT_OF_MEMORY, with a message naming the file and, where one is at fault, the tensor. */
+PHOTON_API photon_status photon_model_load(const char *path, const photon_load_options *options,
+                                           photon_model **out);
+
+/* Frees a model; NULL is accepted. Every session of the model must have been freed first. */
+PHOTON_API void photon_model_free(photon_model *model);
+
+/* "photon" or "vanilla". Returns "" for NULL. */
+PHOTON_API const char *photon_model_arch(const photon_model *model);
+/* Number of PHOTON levels L (1 is the Block Transformer); 0 for vanilla or NULL. */
+PHOTON_API int32_t photon_model_levels(const photon_model *model);
+/* Exact number of parameters (the sum of every tensor's element count); 0 for NULL. */
+PHOTON_API uint64_t photon_model_parameter_count(const photon_model *model);
+/* Vocabulary size V; 0 for NULL. */
+PHOTON_API int32_t photon_model_vocab_size(const photon_model *model);
+/* The longest token sequence the model was configured for (config max_seq_len); 0 for NULL. */
+PHOTON_API int32_t photon_model_context_length(const photon_model *model);
+/* Ids of the tokenizer's special tokens; -1 when the tokenizer has none (or model is NULL). */
+PHOTON_API int32_t photon_model_bos(const photon_model *model);
+PHOTON_API int32_t photon_model_eos(const photon_model *model);
+/* The full configuration as compact JSON in the interchange format (spec section 8); the string is
+ * owned by the model. "" for NULL. */
+PHOTON_API const char *photon_model_config_json(const photon_model *model);
+/* A provenance value recorded in the file (e.g. "producer", "created", "source"), or NULL if absent.
+ * The string is owned by the model. */
+PHOTON_API const char *photon_model_metadata(const photon_model *model, const char *key);
+
+/* Splits UTF-8 text (text_len bytes; need not be NUL-terminated) into token ids, with BOS first when
+ * add_bos is non-zero. *n_tokens receives the number of ids. If capacity is too small (tokens may then
+ * be NULL), nothing is written to tokens and the call returns PHOTON_ERR_BUFFER_TOO_SMALL with
+ * *n_tokens set to the capacity needed. */
+PHOTON_API photon_status photon_model_tokenize(const photon_model *model, const char *text,
+                                               size_t text_len, int add_bos, int32_t *tokens,
+                                               size_t capacity, size_t *n_tokens);
+
+/* Turns token ids back into UTF-8 text (special tokens produce no text). Writes at most capacity
+ * bytes including a terminating NUL; *text_len receives the length without the NUL. If capacity is
+ * too small (text may then be NULL), returns PHOTON_ERR_BUFFER_TOO_SMALL with *text_len set to the
+ * length needed, not counting the NUL. Fails with PHOTON_ERR_BAD_TOKEN for an id outside the vocab. */
+PHOTON_API photon_status photon_model_detokenize(const photon_model *model, const int32_t *tokens,
+                                                 size_t n_tokens, char *text, size_t capacity,
+                                                 size_t *text_len);
+
+/* Teacher-forced scoring: logprobs[i] = log p(tokens[i] | tokens[0..i-1]) for i >= 1, and
+ * logprobs[0] = NaN (the first token, normally BOS, is not predicted). logprobs must hold n_tokens
+ * floats. Thread-safe on a shared model. Fails with PHOTON_ERR_BAD_TOKEN, PHOTON_ERR_CONTEXT_FULL
+ * (n_tokens above the model's context length) or PHOTON_ERR_INVALID_ARGUMENT (n_tokens == 0). */
+PHOTON_API photon_status photon_model_score(const photon_model *model, const int32_t *tokens,
+                                            size_t n_tokens, float *logprobs);
+
+/* The model file's tensor table, for inspection. PHOTON_MAX_DIMS bounds a tensor's rank. */
+#define PHOTON_MAX_DIMS 4
+
+typedef enum photon_dtype {
+    PHOTON_DTYPE_F32 = 0,
+    PHOTON_DTYPE_F16 = 1,
+    PHOTON_DTYPE_BF16 = 2
+} photon_dtype;
+
+/* Number of tensors in the model file; 0 for NULL. */
+PHOTON_API size_t photon_model_tensor_count(const photon_model *model);
+
+/* Describes tensor `index` (0 .. count-1, in file order). Any out-pointer may be NULL. *name is owned
+ * by the model; shape receives *n_dims values (at most PHOTON_MAX_DIMS); *offset is the byte offset
+ * of the tensor's data from the start of the file and *size_bytes its length. */
+PHOTON_API photon_status photon_model_tensor_info(const photon_model *model, size_t index,
+                                                  const char **name, photon_dtype *dtype,
+                                                  int32_t *n_dims, int64_t shape[PHOTON_MAX_DIMS],
+                                                  uint64_t *offset, uint64_t *size_bytes);
+
+/* Byte offset at which the file's raw tensor data section starts; 0 for NULL. */
+PHOTON_API uint64_t photon_model_data_offset(const photon_model *model);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Writing model files: conversion and random initialisation                                      */
+/* ---------------------------------------------------------------------------------------------- */
+
+typedef struct photon_write_options photon_write_options;
+
+/* Creates write options with the defaults: dtype f32, the SDK's built-in tokenizer, seed 0, no
+ * extra metadata, no progress callback. */
+PHOTON_API photon_status photon_write_options_create(photon_write_options **out);
+/* Frees write options; NULL is accepted. */
+PHOTON_API void photon_write_options_free(photon_write_options *options);
+/* Storage dtype of the written weights (computation is always at least f32 on the CPU). */
+PHOTON_API photon_status photon_write_options_set_dtype(photon_write_options *options,
+                                                        photon_dtype dtype);
+/* A sentencepiece .model file to embed instead of the built-in tokenizer. A tokenizer smaller than
+ * the config's vocab_size is padded with unused pieces (ids that text never produces); a larger one
+ * is refused with PHOTON_ERR_TOKENIZER. The file is read when the model is written. */
+PHOTON_API photon_status photon_write_options_set_tokenizer_file(photon_write_options *options,
+                                                                 const char *path);
+/* Seed of photon_model_init_random's weights. */
+PHOTON_API photon_status photon_write_options_set_seed(photon_write_options *options,
+                                                       uint64_t seed);
+/* Adds (or replaces) a provenance entry stored in the file's header. */
+PHOTON_API photon_status photon_write_options_set_metadata(photon_write_options *options,
+                                                           const char *key, const char *value);
+/* Progress of the write, as for loading; non-zero from the callback cancels and removes the file. */
+PHOTON_API photon_status photon_write_options_set_progress(photon_write_options *options,
+                                                           photon_progress_callback callback,
+                                                           void *user_data);
+
+/* Builds a .photon file from the interchange format of spec section 8: config.json and weights.npz
+ * (float32 or float16 arrays named as in spec section 6, stored or deflated). Every tensor the config
+ * needs must be present with its exact shape, and no other. options may be NULL. The output is written
+ * to a temporary name and renamed, so a failed call never leaves a partial file at out_path. */
+PHOTON_API photon_status photon_model_convert(const char *config_json_path,
+                                              const char *weights_npz_path, const char *out_path,
+                                              const photon_write_options *options);
+
+/* Writes a model with seeded random weights (normal, std 0.02, for matrices and embeddings; ones for
+ * norms; zeros for biases) for the configuration given as JSON text (spec section 8), for tests and
+ * benchmarks. options may be NULL. */
+PHOTON_API photon_status photon_model_init_random(const char *config_json, const char *out_path,
+                                                  const photon_write_options *options);
+
+/* The name of built-in preset `index` (the paper's photon/block/vanilla 600m, 900m, 1.2b and small
+ * CPU presets), or NULL past the end. */
+PHOTON_API const char *photon_preset_name(size_t index);
+
+/* Copies the configuration JSON of a preset into json (capacity bytes including the NUL), as
+ * photon_model_detokenize for capacity and PHOTON_ERR_BUFFER_TOO_SMALL. Fails with
+ * PHOTON_ERR_INVALID_ARGUMENT for an unknown name. */
+PHOTON_API photon_status photon_preset_config(const char *name, char *json, size_t capacity,
+                                              size_t *json_len);
+
+/* Exact parameter count of the configuration given as JSON text (for sizing before writing).
+ * Fails with PHOTON_ERR_BAD_CONFIG naming the offending field. */
+PHOTON_API photon_status photon_config_parameter_count(const char *config_json, uint64_t *count);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Sessions                                                                                       */
+/* ---------------------------------------------------------------------------------------------- */
+
+typedef struct photon_session photon_session;
+typedef struct photon_session_options photon_session_options;
+
+typedef enum photon_mode {
+    PHOTON_MODE_AUTO = 0,    /* RecGen for PHOTON with L >= 2, else HierGen (vanilla: plain decoding) */
+    PHOTON_MODE_HIERGEN = 1, /* encoder-consistent: logits equal teacher forcing; KV at every level  */
+    PHOTON_MODE_RECGEN = 2   /* recursive generation: only the top level's KV cache is kept          */
+} photon_mode;
+
+typedef enum photon_stop_reason {
+    PHOTON_STOP_NONE = 0,        /* no generate call has finished yet                            */
+    PHOTON_STOP_LENGTH = 1,      /* the call's token budget was reached                          */
+    PHOTON_STOP_EOS = 2,         /* the model produced its end-of-sequence token                 */
+    PHOTON_STOP_STRING = 3,      /* the text produced a configured stop string                    */
+    PHOTON_STOP_CALLBACK = 4,    /* the token callback returned non-zero                          */
+    PHOTON_STOP_CANCELLED = 5,   /* photon_session_cancel was called                               */
+    PHOTON_STOP_CONTEXT_FULL = 6 /* the session's context length was reached                       */
+} photon_stop_reason;
+
+/* Creates session options with the defaults: mode AUTO, context = the model's, seed 0, greedy
+ * (temperature 0), top-k 0 (off), top-p 1 (off), min-p 0 (off), repetition penalty 1 (off) over the
+ * last 64 tokens, stop at EOS, no stop strings. */
+PHOTON_API photon_status photon_session_options_create(photon_session_options **out);
+/* Frees session options; NULL is accepted. */
+PHOTON_API void photon_session_options_free(photon_session_options *options);
+PHOTON_API photon_status photon_session_options_set_mode(photon_session_options *options,
+                                                         photon_mode mode);
+/* Maximum tokens the session will hold (prompt plus generated), 1 .. the model's context length;
+ * 0 means the model's. Caches are allocated for this length up front, never per token. */
+PHOTON_API photon_status photon_session_options_set_context_length(photon_session_options *options,
+                                                                   int32_t context_length);
+/* Seed of the sampler's random generator. The same seed, model and tokens give the same output. */
+PHOTON_API photon_status photon_session_options_set_seed(photon_session_options *options,
+                                                         uint64_t seed);
+/* Softmax temperature >= 0; 0 selects greedy decoding (argmax, lowest id on ties). */
+PHOTON_API photon_status photon_session_options_set_temperature(photon_session_options *options,
+                                                                float temperature);
+/* Keep only the k most likely tokens before sampling; 0 disables. */
+PHOTON_API photon_status photon_session_options_set_top_k(photon_session_options *options,
+                                                          int32_t top_k);
+/* Nucleus sampling: keep the smallest set of tokens whose probability reaches p, in (0, 1]. */
+PHOTON_API photon_status photon_session_options_set_top_p(photon_session_options *options,
+                                                          float top_p);
+/* Drop tokens whose probability is below min_p times the top token's, in [0, 1). */
+PHOTON_API photon_status photon_session_options_set_min_p(photon_session_options *options,
+                                                          float min_p);
+/* CTRL-style repetition penalty >= 1 (1 disables) over the last last_n tokens of the history
+ * (prompt included). With a penalty, RecGen decodes sibling windows one after another, since each
+ * token then depends on the ones before it. */
+PHOTON_API photon_status photon_session_options_set_repetition_penalty(
+    photon_session_options *options, float penalty, int32_t last_n);
+/* Non-zero: do not stop at the end-of-sequence token (it is sampled like any other). */
+PHOTON_API photon_status photon_session_options_set_ignore_eos(photon_session_options *options,
+                                                               int ignore_eos);
+/* Adds a stop string (UTF-8, non-empty): generation stops once the generated text contains it. The
+ * token that completes it is still delivered. */
+PHOTON_API photon_status photon_session_options_add_stop_string(photon_session_options *options,
+                                                                const char *stop);
+
+/* Creates a session over a model. options may be NULL for the defaults. Fails with
+ * PHOTON_ERR_UNSUPPORTED for RecGen on vanilla or on a one-level PHOTON model. */
+PHOTON_API photon_status photon_session_create(const photon_model *model,
+                                               const photon_session_options *options,
+                                               photon_session **out);
+/* Frees a session; NULL is accepted. */
+PHOTON_API void photon_session_free(photon_session *session);
+
+/* The mode the session runs in (AUTO resolved to HIERGEN or RECGEN). */
+PHOTON_API photon_mode photon_session_mode(const photon_session *session);
+
+/* Consumes tokens into the session, in parallel (teacher-forced), after whatever it holds already.
+ * The first prefill of a session normally starts with BOS (photon_model_tokenize with add_bos).
+ * Fails with PHOTON_ERR_BAD_TOKEN, PHOTON_ERR_CONTEXT_FULL (the session is then unchanged),
+ * PHOTON_ERR_CANCELLED, or PHOTON_ERR_UNSUPPORTED for a RecGen session that has already generated
+ * (RecGen conditions on its own reconstructions; more prompt needs a new session). */
+PHOTON_API photon_status photon_session_prefill(photon_session *session, const int32_t *tokens,
+                                                size_t n_tokens);
+
+/* Receives each generated token in order: its id, its text piece (UTF-8 complete: bytes of a
+ * character split across tokens are held back until the character is whole, so a piece may be
+ * empty), and log p(token) under the model's unmodified distribution. Return non-zero to stop. */
+typedef int (*photon_token_callback)(void *user_data, int32_t token, const char *piece,
+                                     size_t piece_len, float logprob);
+
+/* Generates up to max_tokens tokens after the session's current history, calling callback (may be
+ * NULL) for each. Stops at the budget, at EOS (unless ignored; EOS is then not delivered and not
+ * added to the history), at a stop string, when the callback returns non-zero, on
+ * photon_session_cancel, or when the context is full; photon_session_stop_reason says which. Every
+ * delivered token is part of the history, so a later call continues from it. *n_generated (may be
+ * NULL) receives the number of tokens delivered. The session must hold at least one token. A
+ * cancelled call returns PHOTON_OK with stop reason PHOTON_STOP_CANCELLED. */
+PHOTON_API photon_status photon_session_generate(photon_session *session, int32_t max_tokens,
+                                                 photon_token_callback callback, void *user_data,
+                                                 int32_t *n_generated);
+
+/* Why the last generate call stopped. */
+PHOTON_API photon_stop_reason photon_session_stop_reason(const photon_session *session);
+
+/* Asks a running prefill or generate on this session to stop at its next step. Safe to call from any
+ * thread, also when nothing runs (the request then applies to the session's next call only if it
+ * arrives while that call runs: each call clears it on entry). NULL is accepted. */
+PHOTON_API void photon_session_cancel(photon_session *session);
+
+/* Number of tokens the session holds (prompt and generated). */
+PHOTON_API int32_t photon_session_position(const photon_session *session);
+
+/* Copies the session's token history. As photon_model_tokenize for capacity and
+ * PHOTON_ERR_BUFFER_TOO_SMALL. */
+PHOTON_API photon_status photon_session_tokens(const photon_session *session, int32_t *tokens,
+                                               size_t capacity, size_t *n_tokens);
+
+/* KV-cache bytes in use at one level, in the engine's compute precision: encoder_bytes for the
+ * level's encoder cache (the one that grows with the context), window_bytes for its open local
+ * decoder windows (bounded by R + C - 1 positions each). PHOTON levels are 1..L; vanilla has one
+ * level (1), reported as encoder_bytes. Either pointer may be NULL. Fails with
+ * PHOTON_ERR_INVALID_ARGUMENT for a level outside the model. */
+PHOTON_API photon_status photon_session_kv_bytes(const photon_session *session, int32_t level,
+                                                 uint64_t *encoder_bytes, uint64_t *window_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PHOTON_H */

@@ -1,0 +1,89 @@
+// The C API's handle types and the boundary guard that turns C++ errors into status codes.
+#pragma once
+
+#include <memory>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "photon.h"
+#include "tokenizer/tokenizer.h"
+
+struct photon_model {
+  std::unique_ptr<photon::Model> model;
+};
+
+struct photon_load_options {
+  photon_progress_callback progress = nullptr;
+  void* progress_user = nullptr;
+};
+
+struct photon_session_options {
+  photon_mode mode = PHOTON_MODE_AUTO;
+  int32_t context_length = 0;
+  photon::SamplerConfig sampler;
+};
+
+struct photon_session {
+  const photon_model* owner = nullptr;
+  std::unique_ptr<photon::Session> session;
+  photon::SamplerConfig sampler;
+  photon::Utf8Stream utf8;
+  photon_stop_reason stop_reason = PHOTON_STOP_NONE;
+};
+
+struct photon_write_options {
+  photon::DType dtype = photon::DType::F32;
+  std::string tokenizer_path;
+  uint64_t seed = 0;
+  std::vector<std::pair<std::string, std::string>> metadata;
+  photon_progress_callback progress = nullptr;
+  void* progress_user = nullptr;
+};
+
+namespace photon::api {
+
+void set_last_error(const std::string& message);
+
+// Runs body, mapping every exception to a status and the thread's last-error message.
+template <typename Body>
+photon_status guard(Body&& body) noexcept {
+  try {
+    body();
+    return PHOTON_OK;
+  } catch (const Error& e) {
+    set_last_error(e.what());
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    set_last_error("out of memory");
+    return PHOTON_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    set_last_error(std::string("internal error: ") + e.what());
+    return PHOTON_ERR_INTERNAL;
+  } catch (...) {
+    set_last_error("internal error: unknown exception");
+    return PHOTON_ERR_INTERNAL;
+  }
+}
+
+inline void require(bool ok, const char* function, const char* what) {
+  if (!ok) fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": " + what);
+}
+
+// Copies n items into a caller buffer, or reports the needed size with PHOTON_ERR_BUFFER_TOO_SMALL.
+template <typename T>
+void copy_out(const char* function, const T* src, size_t n, T* dst, size_t capacity) {
+  if (capacity < n || (n > 0 && dst == nullptr))
+    fail(PHOTON_ERR_BUFFER_TOO_SMALL, std::string(function) + ": the buffer holds " +
+                                          std::to_string(capacity) + " but " + std::to_string(n) +
+                                          " are needed");
+  for (size_t i = 0; i < n; ++i) dst[i] = src[i];
+}
+
+}  // namespace photon::api

@@ -1,0 +1,175 @@
+// photon_model_*: loading, information, tokenization and scoring.
+#include <cmath>
+#include <string>
+
+#include "api/api_internal.h"
+#include "engine/photon_ops.h"
+
+using photon::api::copy_out;
+using photon::api::guard;
+using photon::api::require;
+
+namespace {
+
+void check_tokens(const photon::Model& m, const int32_t* tokens, size_t n, const char* function) {
+  const int32_t v = m.config().vocab_size;
+  for (size_t i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= v)
+      photon::fail(PHOTON_ERR_BAD_TOKEN, std::string(function) + ": token " + std::to_string(tokens[i]) +
+                                             " at position " + std::to_string(i) +
+                                             " is outside the vocabulary [0, " + std::to_string(v) + ")");
+}
+
+}  // namespace
+
+extern "C" {
+
+photon_status photon_load_options_create(photon_load_options** out) {
+  return guard([&] {
+    require(out, "photon_load_options_create", "out is NULL");
+    *out = new photon_load_options();
+  });
+}
+
+void photon_load_options_free(photon_load_options* options) { delete options; }
+
+photon_status photon_load_options_set_progress(photon_load_options* options,
+                                               photon_progress_callback callback, void* user_data) {
+  return guard([&] {
+    require(options, "photon_load_options_set_progress", "options is NULL");
+    options->progress = callback;
+    options->progress_user = user_data;
+  });
+}
+
+photon_status photon_model_load(const char* path, const photon_load_options* options, photon_model** out) {
+  return guard([&] {
+    require(path, "photon_model_load", "path is NULL");
+    require(out, "photon_model_load", "out is NULL");
+    photon::ProgressFn progress;
+    if (options && options->progress) {
+      progress = [options](float f) { return options->progress(options->progress_user, f) == 0; };
+    }
+    auto handle = std::make_unique<photon_model>();
+    handle->model = photon::Model::load(path, progress);
+    *out = handle.release();
+  });
+}
+
+void photon_model_free(photon_model* model) { delete model; }
+
+const char* photon_model_arch(const photon_model* model) {
+  if (!model) return "";
+  return model->model->config().arch == photon::Arch::Vanilla ? "vanilla" : "photon";
+}
+
+int32_t photon_model_levels(const photon_model* model) {
+  return model ? model->model->config().num_levels() : 0;
+}
+
+uint64_t photon_model_parameter_count(const photon_model* model) {
+  return model ? photon::parameter_count(model->model->config()) : 0;
+}
+
+int32_t photon_model_vocab_size(const photon_model* model) {
+  return model ? model->model->config().vocab_size : 0;
+}
+
+int32_t photon_model_context_length(const photon_model* model) {
+  return model ? model->model->config().max_seq_len : 0;
+}
+
+int32_t photon_model_bos(const photon_model* model) { return model ? model->model->tokenizer().bos() : -1; }
+
+int32_t photon_model_eos(const photon_model* model) { return model ? model->model->tokenizer().eos() : -1; }
+
+const char* photon_model_config_json(const photon_model* model) {
+  return model ? model->model->config_json().c_str() : "";
+}
+
+const char* photon_model_metadata(const photon_model* model, const char* key) {
+  if (!model || !key) return nullptr;
+  for (const auto& [k, v] : model->model->file().metadata())
+    if (k == key) return v.c_str();
+  return nullptr;
+}
+
+photon_status photon_model_tokenize(const photon_model* model, const char* text, size_t text_len,
+                                    int add_bos, int32_t* tokens, size_t capacity, size_t* n_tokens) {
+  return guard([&] {
+    require(model, "photon_model_tokenize", "model is NULL");
+    require(text || text_len == 0, "photon_model_tokenize", "text is NULL");
+    require(n_tokens, "photon_model_tokenize", "n_tokens is NULL");
+    const std::vector<int32_t> ids =
+        model->model->tokenizer().encode(std::string_view(text ? text : "", text_len), add_bos != 0);
+    *n_tokens = ids.size();
+    copy_out("photon_model_tokenize", ids.data(), ids.size(), tokens, capacity);
+  });
+}
+
+photon_status photon_model_detokenize(const photon_model* model, const int32_t* tokens, size_t n_tokens,
+                                      char* text, size_t capacity, size_t* text_len) {
+  return guard([&] {
+    require(model, "photon_model_detokenize", "model is NULL");
+    require(tokens || n_tokens == 0, "photon_model_detokenize", "tokens is NULL");
+    require(text_len, "photon_model_detokenize", "text_len is NULL");
+    check_tokens(*model->model, tokens, n_tokens, "photon_model_detokenize");
+    const std::string s = model->model->tokenizer().decode(std::vector<int32_t>(tokens, tokens + n_tokens));
+    *text_len = s.size();
+    if (capacity < s.size() + 1 || !text)
+      photon::fail(PHOTON_ERR_BUFFER_TOO_SMALL, "photon_model_detokenize: the buffer holds " +
+                                                    std::to_string(capacity) + " bytes but " +
+                                                    std::to_string(s.size() + 1) + " are needed");
+    s.copy(text, s.size());
+    text[s.size()] = '\0';
+  });
+}
+
+photon_status photon_model_score(const photon_model* model, const int32_t* tokens, size_t n_tokens,
+                                 float* logprobs) {
+  return guard([&] {
+    require(model, "photon_model_score", "model is NULL");
+    require(tokens, "photon_model_score", "tokens is NULL");
+    require(logprobs, "photon_model_score", "logprobs is NULL");
+    require(n_tokens > 0, "photon_model_score", "n_tokens is 0");
+    const photon::Model& m = *model->model;
+    if (n_tokens > static_cast<size_t>(m.config().max_seq_len))
+      photon::fail(PHOTON_ERR_CONTEXT_FULL, "photon_model_score: " + std::to_string(n_tokens) +
+                                                " tokens exceed the model's context of " +
+                                                std::to_string(m.config().max_seq_len));
+    check_tokens(m, tokens, n_tokens, "photon_model_score");
+    photon::score_tokens(m, std::span<const int32_t>(tokens, n_tokens), logprobs);
+  });
+}
+
+size_t photon_model_tensor_count(const photon_model* model) {
+  return model ? model->model->file().tensors().size() : 0;
+}
+
+photon_status photon_model_tensor_info(const photon_model* model, size_t index, const char** name,
+                                       photon_dtype* dtype, int32_t* n_dims,
+                                       int64_t shape[PHOTON_MAX_DIMS], uint64_t* offset,
+                                       uint64_t* size_bytes) {
+  return guard([&] {
+    require(model, "photon_model_tensor_info", "model is NULL");
+    const auto& tensors = model->model->file().tensors();
+    if (index >= tensors.size())
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_model_tensor_info: index " + std::to_string(index) +
+                                                    " is past the " + std::to_string(tensors.size()) +
+                                                    " tensors");
+    const photon::TensorEntry& t = tensors[index];
+    if (name) *name = t.name.c_str();
+    if (dtype) *dtype = static_cast<photon_dtype>(t.dtype);
+    if (n_dims) *n_dims = static_cast<int32_t>(t.shape.size());
+    if (shape)
+      for (size_t i = 0; i < t.shape.size() && i < PHOTON_MAX_DIMS; ++i) shape[i] = t.shape[i];
+    if (offset) *offset = model->model->file().data_offset() + t.offset;
+    if (size_bytes) *size_bytes = t.size;
+  });
+}
+
+uint64_t photon_model_data_offset(const photon_model* model) {
+  return model ? model->model->file().data_offset() : 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,234 @@
+// photon_session_*: options, prefill, streaming generation, cancellation and introspection.
+#include <cmath>
+#include <string>
+
+#include "api/api_internal.h"
+#include "engine/generate.h"
+
+using photon::api::copy_out;
+using photon::api::guard;
+using photon::api::require;
+
+namespace {
+
+void check_range(bool ok, const char* function, const std::string& what) {
+  if (!ok) photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": " + what);
+}
+
+}  // namespace
+
+extern "C" {
+
+photon_status photon_session_options_create(photon_session_options** out) {
+  return guard([&] {
+    require(out, "photon_session_options_create", "out is NULL");
+    *out = new photon_session_options();
+  });
+}
+
+void photon_session_options_free(photon_session_options* options) { delete options; }
+
+photon_status photon_session_options_set_mode(photon_session_options* o, photon_mode mode) {
+  return guard([&] {
+    require(o, "photon_session_options_set_mode", "options is NULL");
+    check_range(mode == PHOTON_MODE_AUTO || mode == PHOTON_MODE_HIERGEN || mode == PHOTON_MODE_RECGEN,
+                "photon_session_options_set_mode", "unknown mode " + std::to_string(mode));
+    o->mode = mode;
+  });
+}
+
+photon_status photon_session_options_set_context_length(photon_session_options* o, int32_t n) {
+  return guard([&] {
+    require(o, "photon_session_options_set_context_length", "options is NULL");
+    check_range(n >= 0, "photon_session_options_set_context_length",
+                "context_length must be >= 0, got " + std::to_string(n));
+    o->context_length = n;
+  });
+}
+
+photon_status photon_session_options_set_seed(photon_session_options* o, uint64_t seed) {
+  return guard([&] {
+    require(o, "photon_session_options_set_seed", "options is NULL");
+    o->sampler.seed = seed;
+  });
+}
+
+photon_status photon_session_options_set_temperature(photon_session_options* o, float t) {
+  return guard([&] {
+    require(o, "photon_session_options_set_temperature", "options is NULL");
+    check_range(std::isfinite(t) && t >= 0.0f, "photon_session_options_set_temperature",
+                "temperature must be finite and >= 0, got " + std::to_string(t));
+    o->sampler.temperature = t;
+  });
+}
+
+photon_status photon_session_options_set_top_k(photon_session_options* o, int32_t k) {
+  return guard([&] {
+    require(o, "photon_session_options_set_top_k", "options is NULL");
+    check_range(k >= 0, "photon_session_options_set_top_k", "top_k must be >= 0, got " + std::to_string(k));
+    o->sampler.top_k = k;
+  });
+}
+
+photon_status photon_session_options_set_top_p(photon_session_options* o, float p) {
+  return guard([&] {
+    require(o, "photon_session_options_set_top_p", "options is NULL");
+    check_range(p > 0.0f && p <= 1.0f, "photon_session_options_set_top_p",
+                "top_p must be in (0, 1], got " + std::to_string(p));
+    o->sampler.top_p = p;
+  });
+}
+
+photon_status photon_session_options_set_min_p(photon_session_options* o, float p) {
+  return guard([&] {
+    require(o, "photon_session_options_set_min_p", "options is NULL");
+    check_range(p >= 0.0f && p < 1.0f, "photon_session_options_set_min_p",
+                "min_p must be in [0, 1), got " + std::to_string(p));
+    o->sampler.min_p = p;
+  });
+}
+
+photon_status photon_session_options_set_repetition_penalty(photon_session_options* o, float penalty,
+                                                            int32_t last_n) {
+  return guard([&] {
+    require(o, "photon_session_options_set_repetition_penalty", "options is NULL");
+    check_range(std::isfinite(penalty) && penalty >= 1.0f, "photon_session_options_set_repetition_penalty",
+                "penalty must be finite and >= 1, got " + std::to_string(penalty));
+    check_range(last_n >= 0, "photon_session_options_set_repetition_penalty",
+                "last_n must be >= 0, got " + std::to_string(last_n));
+    o->sampler.repetition_penalty = penalty;
+    o->sampler.repetition_last_n = last_n;
+  });
+}
+
+photon_status photon_session_options_set_ignore_eos(photon_session_options* o, int ignore_eos) {
+  return guard([&] {
+    require(o, "photon_session_options_set_ignore_eos", "options is NULL");
+    o->sampler.ignore_eos = ignore_eos != 0;
+  });
+}
+
+photon_status photon_session_options_add_stop_string(photon_session_options* o, const char* stop) {
+  return guard([&] {
+    require(o, "photon_session_options_add_stop_string", "options is NULL");
+    require(stop && *stop, "photon_session_options_add_stop_string", "stop is NULL or empty");
+    o->sampler.stop_strings.emplace_back(stop);
+  });
+}
+
+photon_status photon_session_create(const photon_model* model, const photon_session_options* options,
+                                    photon_session** out) {
+  return guard([&] {
+    require(model, "photon_session_create", "model is NULL");
+    require(out, "photon_session_create", "out is NULL");
+    const photon_session_options defaults;
+    const photon_session_options& o = options ? *options : defaults;
+    const photon::ModelConfig& c = model->model->config();
+    const int32_t context = o.context_length == 0 ? c.max_seq_len : o.context_length;
+    if (context > c.max_seq_len)
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_session_create: context_length " + std::to_string(context) +
+                                                    " exceeds the model's " + std::to_string(c.max_seq_len));
+    photon::Mode mode = photon::Mode::HierGen;
+    if (c.arch == photon::Arch::Vanilla) mode = o.mode == PHOTON_MODE_RECGEN ? photon::Mode::RecGen : photon::Mode::Vanilla;
+    else if (o.mode == PHOTON_MODE_RECGEN || (o.mode == PHOTON_MODE_AUTO && c.num_levels() >= 2))
+      mode = photon::Mode::RecGen;
+    auto handle = std::make_unique<photon_session>();
+    handle->owner = model;
+    handle->sampler = o.sampler;
+    handle->session = photon::create_session(*model->model, mode, context);
+    *out = handle.release();
+  });
+}
+
+void photon_session_free(photon_session* session) { delete session; }
+
+photon_mode photon_session_mode(const photon_session* session) {
+  if (!session) return PHOTON_MODE_AUTO;
+  switch (session->session->mode()) {
+    case photon::Mode::RecGen: return PHOTON_MODE_RECGEN;
+    case photon::Mode::HierGen: return PHOTON_MODE_HIERGEN;
+    case photon::Mode::Vanilla: return PHOTON_MODE_HIERGEN;
+  }
+  return PHOTON_MODE_AUTO;
+}
+
+photon_status photon_session_prefill(photon_session* session, const int32_t* tokens, size_t n_tokens) {
+  return guard([&] {
+    require(session, "photon_session_prefill", "session is NULL");
+    require(tokens || n_tokens == 0, "photon_session_prefill", "tokens is NULL");
+    photon::Session& s = *session->session;
+    s.cancel_requested.store(false);
+    const int32_t v = s.model().config().vocab_size;
+    for (size_t i = 0; i < n_tokens; ++i)
+      if (tokens[i] < 0 || tokens[i] >= v)
+        photon::fail(PHOTON_ERR_BAD_TOKEN, "photon_session_prefill: token " + std::to_string(tokens[i]) +
+                                               " at position " + std::to_string(i) +
+                                               " is outside the vocabulary [0, " + std::to_string(v) + ")");
+    if (s.history().size() + n_tokens > static_cast<size_t>(s.context_length()))
+      photon::fail(PHOTON_ERR_CONTEXT_FULL, "photon_session_prefill: " + std::to_string(s.history().size()) +
+                                                " + " + std::to_string(n_tokens) +
+                                                " tokens exceed the session's context of " +
+                                                std::to_string(s.context_length()));
+    s.prefill(std::span<const int32_t>(tokens, n_tokens));
+  });
+}
+
+photon_status photon_session_generate(photon_session* session, int32_t max_tokens,
+                                      photon_token_callback callback, void* user_data, int32_t* n_generated) {
+  return guard([&] {
+    require(session, "photon_session_generate", "session is NULL");
+    require(max_tokens >= 0, "photon_session_generate", "max_tokens is negative");
+    photon::Session& s = *session->session;
+    if (s.history().empty())
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_session_generate: the session holds no tokens; prefill at least BOS first");
+    s.cancel_requested.store(false);
+    photon::TokenSink sink;
+    if (callback)
+      sink = [&](int32_t token, std::string_view piece, float logprob) {
+        return callback(user_data, token, piece.data(), piece.size(), logprob) == 0;
+      };
+    const photon::GenerateResult r = photon::generate(s, session->sampler, session->utf8, max_tokens, sink);
+    session->stop_reason = r.reason;
+    if (n_generated) *n_generated = r.generated;
+  });
+}
+
+photon_stop_reason photon_session_stop_reason(const photon_session* session) {
+  return session ? session->stop_reason : PHOTON_STOP_NONE;
+}
+
+void photon_session_cancel(photon_session* session) {
+  if (session) session->session->cancel_requested.store(true);
+}
+
+int32_t photon_session_position(const photon_session* session) {
+  return session ? static_cast<int32_t>(session->session->history().size()) : 0;
+}
+
+photon_status photon_session_tokens(const photon_session* session, int32_t* tokens, size_t capacity,
+                                    size_t* n_tokens) {
+  return guard([&] {
+    require(session, "photon_session_tokens", "session is NULL");
+    require(n_tokens, "photon_session_tokens", "n_tokens is NULL");
+    const std::vector<int32_t>& h = session->session->history();
+    *n_tokens = h.size();
+    copy_out("photon_session_tokens", h.data(), h.size(), tokens, capacity);
+  });
+}
+
+photon_status photon_session_kv_bytes(const photon_session* session, int32_t level, uint64_t* encoder_bytes,
+                                      uint64_t* window_bytes) {
+  return guard([&] {
+    require(session, "photon_session_kv_bytes", "session is NULL");
+    const photon::ModelConfig& c = session->session->model().config();
+    const int levels = c.arch == photon::Arch::Vanilla ? 1 : c.num_levels();
+    if (level < 1 || level > levels)
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_session_kv_bytes: level " + std::to_string(level) +
+                                                    " is outside 1.." + std::to_string(levels));
+    const photon::KvBytes b = session->session->kv_bytes(level);
+    if (encoder_bytes) *encoder_bytes = b.encoder;
+    if (window_bytes) *window_bytes = b.window;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,24 @@
+// Causal grouped-query attention of query rows against a key/value cache (spec section 2).
+#pragma once
+
+#include <span>
+
+namespace photon::cpu {
+
+// Query rows [row0, row0 + rows) sit at positions start .. start + rows - 1 of one sequence whose
+// keys and values (rope already applied to keys) are k, v: [start + rows, kv_heads * head_dim]
+// for one layer. Row i attends to keys 0 .. start + i.
+struct AttentionSegment {
+  int row0 = 0;
+  int rows = 0;
+  int start = 0;
+  const float* k = nullptr;
+  const float* v = nullptr;
+};
+
+// q: [n, heads * head_dim]; out: [n, heads * head_dim] (heads concatenated). Query head h reads kv
+// head h / (heads / kv_heads).
+void attention(const float* q, int heads, int kv_heads, int head_dim,
+               std::span<const AttentionSegment> segments, float* out);
+
+}  // namespace photon::cpu

@@ -1,0 +1,11 @@
+// SwiGLU gate: g = silu(g) * u, elementwise (spec section 2).
+#pragma once
+
+#include <cstddef>
+
+namespace photon::cpu {
+
+// gate, up: [n] ; gate is overwritten with the product.
+void swiglu(float* gate, const float* up, size_t n);
+
+}  // namespace photon::cpu

@@ -1,0 +1,37 @@
+// A loaded model: the verified file, its tokenizer and its weights bound for the CPU engine.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "format/model_file.h"
+#include "tokenizer/tokenizer.h"
+
+namespace photon {
+
+struct Weights;
+
+class Model {
+ public:
+  static std::unique_ptr<Model> load(const std::string& path, const ProgressFn& progress);
+  ~Model();
+
+  const ModelFile& file() const { return *file_; }
+  const ModelConfig& config() const { return file_->config(); }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const std::string& config_json() const { return config_json_; }
+  // Weights are bound on first use (thread-safe), so that inspecting a multi-GiB f16 file never
+  // widens it; f32 files are used in place from the mapping.
+  const Weights& weights() const;
+
+ private:
+  Model() = default;
+  std::unique_ptr<ModelFile> file_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::string config_json_;
+  mutable std::once_flag weights_once_;
+  mutable std::unique_ptr<Weights> weights_;
+};
+
+}  // namespace photon

@@ -1,0 +1,40 @@
+// A local decoder window (spec section 3.3): the decoder stack of one level-l unit run over its
+// prefix rows and the inputs of its children so far. It holds at most R + C - 1 positions, so its
+// KV cache is a small fixed buffer that is reused when the next unit opens.
+#pragma once
+
+#include <vector>
+
+#include "engine/kv_cache.h"
+
+namespace photon {
+
+struct Window {
+  int prefix_len = 0;  // R
+  int chunk_len = 0;   // C
+  int width = 0;       // E, the decoder stack's width
+  KvCache cache;
+  std::vector<float> outputs;  // [C, E]: o_0 .. o_{C-1} as far as computed
+  int n_outputs = 0;
+  int consumed = 0;  // children consumed (RecGen level 1 records the last one without a run)
+
+  void allocate(int layers, int kv_dim, int r, int c, int e) {
+    prefix_len = r;
+    chunk_len = c;
+    width = e;
+    cache.allocate(layers, r + c - 1, kv_dim);
+    outputs.assign(static_cast<size_t>(c) * e, 0.0f);
+    n_outputs = consumed = 0;
+  }
+  const float* output(int j) const { return outputs.data() + static_cast<size_t>(j) * width; }
+  const float* latest() const { return output(n_outputs - 1); }
+  // Drops every child after the first `children` (their positions and outputs).
+  void truncate(int children) {
+    consumed = children;
+    const int fed = children < chunk_len - 1 ? children : chunk_len - 1;
+    cache.len = prefix_len + fed;
+    n_outputs = fed + 1;
+  }
+};
+
+}  // namespace photon

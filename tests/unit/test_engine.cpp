@@ -1,0 +1,160 @@
+// Engine invariants through the public API: HierGen equals teacher forcing at every prompt length,
+// RecGen's chunk-parallel decoding equals its sequential decoding, RecGen keeps only top-level KV,
+// and the stop rules.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "photon.h"
+#include "test_models.h"
+
+namespace {
+
+using photon::ModelConfig;
+
+struct Generated {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+};
+
+int collect(void* user, int32_t token, const char*, size_t, float logprob) {
+  auto* g = static_cast<Generated*>(user);
+  g->tokens.push_back(token);
+  g->logprobs.push_back(logprob);
+  return 0;
+}
+
+class EngineTest : public ::testing::TestWithParam<int> {
+ protected:
+  // Param: 0 vanilla, else the number of PHOTON levels.
+  void SetUp() override {
+    const int levels = GetParam();
+    config_ = levels == 0 ? photon::testing::tiny_vanilla() : photon::testing::tiny_photon(levels);
+    path_ = std::string(PHOTON_BINARY_DIR) + "/test_engine_" + std::to_string(levels) + ".photon";
+    photon::testing::write_test_model(config_, path_, 7 + levels);
+    ASSERT_EQ(photon_model_load(path_.c_str(), nullptr, &model_), PHOTON_OK) << photon_last_error();
+    meta_ = levels == 0 ? 4 : static_cast<int>(config_.block_tokens(levels));
+    for (int i = 0; i < 3 * meta_ + 40; ++i) sequence_.push_back(i == 0 ? 1 : 3 + (i * 37 + 11) % 500);
+  }
+  void TearDown() override {
+    photon_model_free(model_);
+    std::remove(path_.c_str());
+  }
+
+  photon_session* session(photon_mode mode, float temperature = 0.0f, uint64_t seed = 0) {
+    photon_session_options* o = nullptr;
+    EXPECT_EQ(photon_session_options_create(&o), PHOTON_OK);
+    photon_session_options_set_mode(o, mode);
+    photon_session_options_set_ignore_eos(o, 1);
+    photon_session_options_set_temperature(o, temperature);
+    photon_session_options_set_seed(o, seed);
+    photon_session* s = nullptr;
+    EXPECT_EQ(photon_session_create(model_, o, &s), PHOTON_OK) << photon_last_error();
+    photon_session_options_free(o);
+    return s;
+  }
+
+  std::vector<float> score(const std::vector<int32_t>& tokens) {
+    std::vector<float> lp(tokens.size());
+    EXPECT_EQ(photon_model_score(model_, tokens.data(), tokens.size(), lp.data()), PHOTON_OK) << photon_last_error();
+    return lp;
+  }
+
+  ModelConfig config_;
+  std::string path_;
+  photon_model* model_ = nullptr;
+  int meta_ = 0;
+  std::vector<int32_t> sequence_;
+};
+
+TEST_P(EngineTest, HierGenEqualsTeacherForcingAtEveryPromptLength) {
+  const int n_gen = meta_ + 3;
+  for (int p = 1; p <= 2 * meta_ + 1; ++p) {
+    photon_session* s = session(PHOTON_MODE_HIERGEN);
+    // Two prefill calls (split mid-prompt) must act as one.
+    ASSERT_EQ(photon_session_prefill(s, sequence_.data(), p / 2), PHOTON_OK);
+    ASSERT_EQ(photon_session_prefill(s, sequence_.data() + p / 2, p - p / 2), PHOTON_OK);
+    Generated g;
+    ASSERT_EQ(photon_session_generate(s, n_gen, collect, &g, nullptr), PHOTON_OK) << photon_last_error();
+    ASSERT_EQ(static_cast<int>(g.tokens.size()), n_gen);
+    std::vector<int32_t> all(sequence_.begin(), sequence_.begin() + p);
+    all.insert(all.end(), g.tokens.begin(), g.tokens.end());
+    const std::vector<float> tf = score(all);
+    for (int i = 0; i < n_gen; ++i) EXPECT_NEAR(g.logprobs[i], tf[p + i], 1e-4) << "prompt " << p << " step " << i;
+    photon_session_free(s);
+  }
+}
+
+TEST_P(EngineTest, RecGenParallelEqualsSequential) {
+  if (GetParam() < 2) GTEST_SKIP() << "RecGen needs L >= 2";
+  for (int p : {1, meta_ - 1, meta_, meta_ + 2}) {
+    photon_session* whole = session(PHOTON_MODE_RECGEN, 0.9f, 42);
+    photon_session* steps = session(PHOTON_MODE_RECGEN, 0.9f, 42);
+    ASSERT_EQ(photon_session_prefill(whole, sequence_.data(), p), PHOTON_OK);
+    ASSERT_EQ(photon_session_prefill(steps, sequence_.data(), p), PHOTON_OK);
+    Generated a, b;
+    ASSERT_EQ(photon_session_generate(whole, 2 * meta_ + 3, collect, &a, nullptr), PHOTON_OK) << photon_last_error();
+    for (int i = 0; i < 2 * meta_ + 3; ++i)
+      ASSERT_EQ(photon_session_generate(steps, 1, collect, &b, nullptr), PHOTON_OK) << photon_last_error();
+    EXPECT_EQ(a.tokens, b.tokens) << "prompt " << p;
+    for (size_t i = 0; i < a.logprobs.size() && i < b.logprobs.size(); ++i) EXPECT_NEAR(a.logprobs[i], b.logprobs[i], 1e-5);
+    photon_session_free(whole);
+    photon_session_free(steps);
+  }
+}
+
+TEST_P(EngineTest, RecGenKeepsOnlyTopLevelKv) {
+  const int L = GetParam();
+  if (L < 2) GTEST_SKIP() << "RecGen needs L >= 2";
+  photon_session* rec = session(PHOTON_MODE_RECGEN);
+  photon_session* hier = session(PHOTON_MODE_HIERGEN);
+  for (photon_session* s : {rec, hier}) {
+    ASSERT_EQ(photon_session_prefill(s, sequence_.data(), 2 * meta_ + 1), PHOTON_OK);
+    ASSERT_EQ(photon_session_generate(s, meta_, nullptr, nullptr, nullptr), PHOTON_OK);
+  }
+  for (int l = 1; l <= L; ++l) {
+    uint64_t rec_enc = 0, hier_enc = 0;
+    ASSERT_EQ(photon_session_kv_bytes(rec, l, &rec_enc, nullptr), PHOTON_OK);
+    ASSERT_EQ(photon_session_kv_bytes(hier, l, &hier_enc, nullptr), PHOTON_OK);
+    EXPECT_GT(hier_enc, 0u) << "level " << l;
+    if (l < L) EXPECT_EQ(rec_enc, 0u) << "level " << l;
+    else EXPECT_EQ(rec_enc, hier_enc) << "the top level holds the same units in both modes";
+  }
+  uint64_t window = 0;
+  ASSERT_EQ(photon_session_kv_bytes(rec, 1, nullptr, &window), PHOTON_OK);
+  EXPECT_GT(window, 0u);
+  EXPECT_EQ(photon_session_kv_bytes(rec, L + 1, nullptr, nullptr), PHOTON_ERR_INVALID_ARGUMENT);
+  photon_session_free(rec);
+  photon_session_free(hier);
+}
+
+TEST_P(EngineTest, BudgetCallbackAndContextStops) {
+  photon_session* s = session(PHOTON_MODE_AUTO, 0.7f, 3);
+  ASSERT_EQ(photon_session_prefill(s, sequence_.data(), 5), PHOTON_OK);
+  int32_t n = -1;
+  ASSERT_EQ(photon_session_generate(s, 7, nullptr, nullptr, &n), PHOTON_OK);
+  EXPECT_EQ(n, 7);
+  EXPECT_EQ(photon_session_stop_reason(s), PHOTON_STOP_LENGTH);
+  EXPECT_EQ(photon_session_position(s), 12);
+  auto stop_after_two = [](void* user, int32_t, const char*, size_t, float) { return ++*static_cast<int*>(user) >= 2 ? 1 : 0; };
+  int calls = 0;
+  ASSERT_EQ(photon_session_generate(s, 50, stop_after_two, &calls, &n), PHOTON_OK);
+  EXPECT_EQ(n, 2);
+  EXPECT_EQ(photon_session_stop_reason(s), PHOTON_STOP_CALLBACK);
+  EXPECT_EQ(photon_session_position(s), 14);
+  ASSERT_EQ(photon_session_generate(s, 100000, nullptr, nullptr, &n), PHOTON_OK);
+  EXPECT_EQ(photon_session_stop_reason(s), PHOTON_STOP_CONTEXT_FULL);
+  EXPECT_EQ(photon_session_position(s), config_.max_seq_len);
+  photon_session_free(s);
+}
+
+std::string ModelName(const ::testing::TestParamInfo<int>& param) {
+  const char* const kNames[] = {"vanilla", "L1", "L2", "L3"};
+  return kNames[param.param];
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, EngineTest, ::testing::Values(0, 1, 2, 3), ModelName);
+
+}  // namespace
