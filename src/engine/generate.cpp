@@ -42,6 +42,13 @@ GenerateResult generate(Session& session, const SamplerConfig& config, Utf8Strea
   std::map<int64_t, Sampled> ready;  // sampled but not yet delivered, by position
   std::string text;
   Sampler sampler;
+  // The last token that contributed text decides whether the next piece keeps its leading space.
+  int32_t previous_text = -1;
+  for (auto it = session.history().rbegin(); it != session.history().rend(); ++it)
+    if (tok.is_text_token(*it)) {
+      previous_text = *it;
+      break;
+    }
 
   while (result.reason == PHOTON_STOP_NONE) {
     const int64_t next = static_cast<int64_t>(session.history().size());
@@ -80,10 +87,10 @@ GenerateResult generate(Session& session, const SamplerConfig& config, Utf8Strea
         result.reason = PHOTON_STOP_EOS;
         break;
       }
-      const int32_t previous = session.history().empty() ? -1 : session.history().back();
       session.commit(s.token);
       ++result.generated;
-      const std::string piece = utf8.push(tok.token_bytes(s.token, previous));
+      const std::string piece = utf8.push(tok.token_bytes(s.token, previous_text));
+      if (tok.is_text_token(s.token)) previous_text = s.token;
       const size_t before = text.size();
       text += piece;
       if (sink && !sink(s.token, piece, s.logprob)) result.reason = PHOTON_STOP_CALLBACK;

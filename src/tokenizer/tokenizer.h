@@ -28,18 +28,21 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text, bool add_bos) const;
   // Ids outside [0, vocab_size) throw Error(PHOTON_ERR_BAD_TOKEN).
   std::string decode(const std::vector<int32_t>& ids) const;
-  // The raw bytes one token contributes when it follows `previous` in a text (U+2581 becomes a
-  // space, byte pieces become their byte, control and unused pieces give nothing, and a leading
-  // space is dropped when previous is BOS or -1, as sentencepiece drops its dummy prefix).
+  // The raw bytes one token contributes when it follows `previous`, the last text token before it
+  // (-1 if none; see is_text_token): U+2581 becomes a space, byte pieces become their byte, control
+  // and unused pieces give nothing, and the leading space is dropped when previous is -1, as
+  // sentencepiece drops its dummy prefix.
   std::string token_bytes(int32_t id, int32_t previous) const;
+  // False for control (BOS, EOS) and unused pieces, which contribute no text.
+  bool is_text_token(int32_t id) const;
 
  private:
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
 };
 
 // Turns a stream of token byte pieces into UTF-8-complete text pieces: bytes of a character that
-// is split across tokens are held back until it is whole; invalid sequences pass through as-is once
-// they can no longer become valid.
+// is split across tokens are held back until it is whole; a byte that can no longer become part of
+// a valid character comes out as U+FFFD, so every piece is valid UTF-8.
 class Utf8Stream {
  public:
   // Appends bytes and returns the longest prefix of pending bytes that ends on a character boundary.
@@ -48,6 +51,7 @@ class Utf8Stream {
   std::string flush();
 
  private:
+  static std::string replace_invalid(std::string_view bytes);
   std::string pending_;
 };
 
