@@ -1,0 +1,276 @@
+#include "format/model_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+#include "format/model_schema.h"
+
+namespace photon {
+
+namespace {
+
+// Bounds on the work the FlatBuffers verifier may do: the header is metadata only, so even a model
+// with hundreds of thousands of tensors stays far below them.
+constexpr flatbuffers::uoffset_t kMaxHeaderDepth = 16;
+constexpr flatbuffers::uoffset_t kMaxHeaderTables = 1u << 22;
+
+class FileErrors {
+ public:
+  explicit FileErrors(const std::string& path) : path_(path) {}
+  [[noreturn]] void fail(photon_status status, const std::string& what) const {
+    photon::fail(status, path_ + ": " + what);
+  }
+  [[noreturn]] void fail_tensor(photon_status status, const std::string& tensor,
+                                const std::string& what) const {
+    fail(status, "tensor '" + tensor + "' " + what);
+  }
+
+ private:
+  const std::string& path_;
+};
+
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() { ::close(fd_); }
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+
+ private:
+  int fd_;
+};
+
+uint32_t read_le32(const uint8_t* p) {
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+
+std::string printable(const uint8_t* p, size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += (p[i] >= 0x20 && p[i] < 0x7f) ? static_cast<char>(p[i]) : '?';
+  return s;
+}
+
+bool known_dtype(fb::DType t) {
+  return t == fb::DType::F32 || t == fb::DType::F16 || t == fb::DType::BF16;
+}
+
+// Checks one tensor entry against the data section; every product and sum is overflow-checked.
+TensorEntry read_tensor(const fb::Tensor& t, uint64_t data_size, const FileErrors& errors) {
+  TensorEntry e;
+  e.name = t.name()->str();
+  const auto* shape = t.shape();
+  const size_t rank = shape == nullptr ? 0 : shape->size();
+  if (rank < 1 || rank > PHOTON_MAX_DIMS)
+    errors.fail_tensor(PHOTON_ERR_TENSOR_SHAPE, e.name,
+                       "has rank " + std::to_string(rank) + "; ranks 1.." +
+                           std::to_string(PHOTON_MAX_DIMS) + " are supported");
+  e.shape.assign(shape->begin(), shape->end());
+  for (int64_t d : e.shape)
+    if (d < 0)
+      errors.fail_tensor(PHOTON_ERR_TENSOR_SHAPE, e.name,
+                         "has a negative dimension in shape " + shape_to_string(e.shape));
+  if (!known_dtype(t.dtype()))
+    errors.fail_tensor(PHOTON_ERR_CORRUPT, e.name,
+                       "has unknown dtype value " + std::to_string(static_cast<int>(t.dtype())));
+  e.dtype = static_cast<DType>(t.dtype());
+  uint64_t bytes = dtype_size(e.dtype);
+  for (int64_t d : e.shape)
+    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes))
+      errors.fail_tensor(PHOTON_ERR_SIZE_OVERFLOW, e.name,
+                         "of shape " + shape_to_string(e.shape) + " overflows 64-bit sizes");
+  e.offset = t.offset();
+  e.size = t.size();
+  if (e.size != bytes)
+    errors.fail_tensor(PHOTON_ERR_TENSOR_SHAPE, e.name,
+                       "declares " + std::to_string(e.size) + " bytes but shape " +
+                           shape_to_string(e.shape) + " of " + dtype_name(e.dtype) + " needs " +
+                           std::to_string(bytes));
+  uint64_t end = 0;
+  if (__builtin_add_overflow(e.offset, e.size, &end))
+    errors.fail_tensor(PHOTON_ERR_SIZE_OVERFLOW, e.name,
+                       "offset " + std::to_string(e.offset) + " + size " + std::to_string(e.size) +
+                           " overflows 64 bits");
+  if (end > data_size)
+    errors.fail_tensor(PHOTON_ERR_TENSOR_BOUNDS, e.name,
+                       "spans bytes " + std::to_string(e.offset) + ".." + std::to_string(end) +
+                           " of a data section of " + std::to_string(data_size) + " bytes");
+  if (e.offset % kDataAlignment != 0)
+    errors.fail_tensor(PHOTON_ERR_CORRUPT, e.name,
+                       "offset " + std::to_string(e.offset) + " is not " +
+                           std::to_string(kDataAlignment) + "-byte aligned");
+  return e;
+}
+
+void check_no_overlap(const std::vector<TensorEntry>& tensors, const FileErrors& errors) {
+  std::vector<const TensorEntry*> by_offset;
+  for (const TensorEntry& t : tensors)
+    if (t.size > 0) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const TensorEntry* a, const TensorEntry* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i)
+    if (by_offset[i - 1]->offset + by_offset[i - 1]->size > by_offset[i]->offset)
+      errors.fail_tensor(PHOTON_ERR_CORRUPT, by_offset[i]->name,
+                         "overlaps tensor '" + by_offset[i - 1]->name + "'");
+}
+
+// Identifier, size prefix and FlatBuffers verification; returns the verified root table.
+const fb::Model& verify_header(const uint8_t* bytes, uint64_t file_size, const FileErrors& errors,
+                               uint64_t* header_size) {
+  // The identifier comes before the size prefix is trusted, so that any other kind of file is
+  // called what it is rather than "truncated" by a prefix made of its first bytes.
+  if (!fb::SizePrefixedModelBufferHasIdentifier(bytes))
+    errors.fail(PHOTON_ERR_BAD_IDENTIFIER, "not a PHOTON model file (identifier \"" +
+                                               printable(bytes + 8, 4) + "\", expected \"" +
+                                               kModelFileIdentifier + "\")");
+  *header_size = read_le32(bytes);
+  if (4 + *header_size > file_size)
+    errors.fail(PHOTON_ERR_TRUNCATED, "the header declares " + std::to_string(*header_size) +
+                                          " bytes but the file has only " +
+                                          std::to_string(file_size - 4) + " after its size prefix");
+  if (4 + *header_size >= FLATBUFFERS_MAX_BUFFER_SIZE)
+    errors.fail(PHOTON_ERR_CORRUPT,
+                "the header size " + std::to_string(*header_size) + " is invalid");
+  flatbuffers::Verifier verifier(bytes, 4 + *header_size, kMaxHeaderDepth, kMaxHeaderTables);
+  if (!fb::VerifySizePrefixedModelBuffer(verifier))
+    errors.fail(PHOTON_ERR_CORRUPT, "the FlatBuffers header failed verification");
+  return *fb::GetSizePrefixedModel(bytes);
+}
+
+// The file's tensors must be exactly expected_tensors(config), with its shapes.
+void check_tensor_set(const std::vector<TensorEntry>& tensors,
+                      const std::unordered_map<std::string, size_t>& index,
+                      const ModelConfig& config, const FileErrors& errors) {
+  const std::vector<TensorSpec> expected = expected_tensors(config);
+  std::map<std::string, const TensorSpec*> expected_by_name;
+  for (const TensorSpec& spec : expected) expected_by_name[spec.name] = &spec;
+  for (const TensorEntry& t : tensors)
+    if (expected_by_name.count(t.name) == 0)
+      errors.fail_tensor(PHOTON_ERR_TENSOR_SET, t.name, "is not used by the configuration");
+  for (const TensorSpec& spec : expected) {
+    auto it = index.find(spec.name);
+    if (it == index.end())
+      errors.fail_tensor(
+          PHOTON_ERR_TENSOR_SET, spec.name,
+          "is missing (the configuration needs shape " + shape_to_string(spec.shape) + ")");
+    const TensorEntry& t = tensors[it->second];
+    if (t.shape != spec.shape)
+      errors.fail_tensor(PHOTON_ERR_TENSOR_SHAPE, spec.name,
+                         "has shape " + shape_to_string(t.shape) + " but the configuration needs " +
+                             shape_to_string(spec.shape));
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<ModelFile> ModelFile::open(const std::string& path, const ProgressFn& progress) {
+  const FileErrors errors(path);
+  auto report = [&](float fraction) {
+    if (progress && !progress(fraction)) errors.fail(PHOTON_ERR_CANCELLED, "loading cancelled");
+  };
+  std::unique_ptr<ModelFile> file(new ModelFile());
+  file->path_ = path;
+
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) errors.fail(PHOTON_ERR_IO, std::string("cannot open: ") + std::strerror(errno));
+  {
+    const FdCloser closer(fd);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0)
+      errors.fail(PHOTON_ERR_IO, std::string("cannot stat: ") + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) errors.fail(PHOTON_ERR_IO, "not a regular file");
+    file->file_size_ = static_cast<uint64_t>(st.st_size);
+    if (file->file_size_ < 12)  // size prefix, root offset, identifier
+      errors.fail(PHOTON_ERR_TRUNCATED, "file is " + std::to_string(file->file_size_) +
+                                            " bytes, too short for a model header");
+    void* map = ::mmap(nullptr, file->file_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED)
+      errors.fail(PHOTON_ERR_IO, std::string("cannot map: ") + std::strerror(errno));
+    file->map_ = map;
+    file->map_size_ = file->file_size_;
+  }
+  report(0.0f);
+  const uint8_t* bytes = static_cast<const uint8_t*>(file->map_);
+  const uint64_t file_size = file->file_size_;
+
+  uint64_t header_size = 0;
+  const fb::Model& model = verify_header(bytes, file_size, errors, &header_size);
+
+  file->format_version_ = model.format_version();
+  if (file->format_version_ == 0) errors.fail(PHOTON_ERR_CORRUPT, "format version 0 is invalid");
+  if (file->format_version_ > kModelFormatVersion)
+    errors.fail(PHOTON_ERR_UNSUPPORTED_VERSION,
+                "written in format version " + std::to_string(file->format_version_) +
+                    "; this build reads versions up to " + std::to_string(kModelFormatVersion));
+
+  file->config_ = config_from_fb(*model.config(), path + ": config");
+  try {
+    validate_config(file->config_);
+  } catch (const Error& e) {
+    errors.fail(e.status(), e.what());
+  }
+
+  if (model.data_alignment() != kDataAlignment)
+    errors.fail(PHOTON_ERR_CORRUPT, "data alignment " + std::to_string(model.data_alignment()) +
+                                        " is not supported (expected " +
+                                        std::to_string(kDataAlignment) + ")");
+  file->data_offset_ = align_up(4 + header_size, kDataAlignment);
+  const uint64_t data_size = model.data_size();
+  uint64_t data_end = 0;
+  if (__builtin_add_overflow(file->data_offset_, data_size, &data_end))
+    errors.fail(PHOTON_ERR_SIZE_OVERFLOW,
+                "data section size " + std::to_string(data_size) + " overflows 64 bits");
+  if (file_size < data_end)
+    errors.fail(PHOTON_ERR_TRUNCATED, "the data section ends at byte " + std::to_string(data_end) +
+                                          " but the file has " + std::to_string(file_size) +
+                                          " bytes");
+  if (file_size > data_end)
+    errors.fail(PHOTON_ERR_CORRUPT,
+                std::to_string(file_size - data_end) + " unexpected bytes after the data section");
+  file->data_hash_ = model.data_hash();
+  report(0.3f);
+
+  if (model.tensors() != nullptr)
+    for (const fb::Tensor* t : *model.tensors()) {
+      file->tensors_.push_back(read_tensor(*t, data_size, errors));
+      file->tensors_.back().data = bytes + file->data_offset_ + file->tensors_.back().offset;
+    }
+  for (size_t i = 0; i < file->tensors_.size(); ++i)
+    if (!file->index_.emplace(file->tensors_[i].name, i).second)
+      errors.fail_tensor(PHOTON_ERR_TENSOR_SET, file->tensors_[i].name, "appears more than once");
+  check_no_overlap(file->tensors_, errors);
+  report(0.6f);
+
+  check_tensor_set(file->tensors_, file->index_, file->config_, errors);
+
+  if (model.tokenizer() != nullptr)
+    file->tokenizer_.assign(reinterpret_cast<const char*>(model.tokenizer()->data()),
+                            model.tokenizer()->size());
+  if (model.metadata() != nullptr)
+    for (const fb::KeyValue* kv : *model.metadata()) {
+      for (const auto& [key, value] : file->metadata_)
+        if (key == kv->key()->str())
+          errors.fail(PHOTON_ERR_CORRUPT, "metadata key '" + key + "' appears more than once");
+      file->metadata_.emplace_back(kv->key()->str(), kv->value()->str());
+    }
+  report(1.0f);
+  return file;
+}
+
+ModelFile::~ModelFile() {
+  if (map_ != nullptr) ::munmap(map_, map_size_);
+}
+
+const TensorEntry* ModelFile::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+}  // namespace photon
