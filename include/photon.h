@@ -184,6 +184,12 @@ PHOTON_API const char *photon_model_config_json(const photon_model *model);
 /* A provenance value recorded in the file (e.g. "producer", "created", "source"), or NULL if absent.
  * The string is owned by the model. */
 PHOTON_API const char *photon_model_metadata(const photon_model *model, const char *key);
+/* Number of provenance entries in the file; 0 for NULL. */
+PHOTON_API size_t photon_model_metadata_count(const photon_model *model);
+/* Provenance entry `index` (0 .. count-1, in file order); key and value are owned by the model.
+ * Fails with PHOTON_ERR_INVALID_ARGUMENT past the end. */
+PHOTON_API photon_status photon_model_metadata_at(const photon_model *model, size_t index,
+                                                  const char **key, const char **value);
 
 /* Splits UTF-8 text (text_len bytes; need not be NUL-terminated) into token ids, with BOS first when
  * add_bos is non-zero. *n_tokens receives the number of ids. If capacity is too small (tokens may then

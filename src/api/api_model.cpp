@@ -94,6 +94,23 @@ const char* photon_model_metadata(const photon_model* model, const char* key) {
   return nullptr;
 }
 
+size_t photon_model_metadata_count(const photon_model* model) {
+  return model ? model->model->file().metadata().size() : 0;
+}
+
+photon_status photon_model_metadata_at(const photon_model* model, size_t index, const char** key,
+                                       const char** value) {
+  return guard([&] {
+    require(model, "photon_model_metadata_at", "model is NULL");
+    const auto& entries = model->model->file().metadata();
+    if (index >= entries.size())
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_model_metadata_at: index " + std::to_string(index) +
+                                                    " is past the " + std::to_string(entries.size()) + " entries");
+    if (key) *key = entries[index].first.c_str();
+    if (value) *value = entries[index].second.c_str();
+  });
+}
+
 photon_status photon_model_tokenize(const photon_model* model, const char* text, size_t text_len,
                                     int add_bos, int32_t* tokens, size_t capacity, size_t* n_tokens) {
   return guard([&] {

@@ -1,0 +1,70 @@
+// Command-line parsing for the photon tool: options declared per command, strict value parsing.
+// Every mistake throws UsageError (exit code 2) with a message naming the option and the value.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace photon::cli {
+
+// A mistake in how the tool was called: exit code 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Thrown when --help / -h is given; the dispatcher prints the command's help.
+struct HelpRequested {};
+
+struct OptionSpec {
+  std::string name;        // long form without dashes, e.g. "tokens"; also the lookup key
+  char short_name = 0;     // e.g. 'o' for -o; 0 for none
+  bool takes_value = true; // false for flags such as --json
+};
+
+class Args {
+ public:
+  // max_positionals: how many non-option arguments the command accepts.
+  Args(std::vector<OptionSpec> options, size_t max_positionals);
+
+  // Parses argv (without the program and command names). "--name value", "--name=value",
+  // "-x value" and "--" (end of options) are accepted; a value is always the next argument, even
+  // when it starts with '-' (so "--temperature -1" reaches the value check).
+  void parse(const std::vector<std::string>& argv);
+
+  bool has(const std::string& name) const;
+  // The last value given for the option, if any.
+  std::optional<std::string> value(const std::string& name) const;
+  // Every value given for a repeatable option, in order.
+  std::vector<std::string> values(const std::string& name) const;
+  // The value, or UsageError "missing required option --name".
+  std::string required(const std::string& name) const;
+  const std::vector<std::string>& positionals() const { return positionals_; }
+
+ private:
+  const OptionSpec* find_long(const std::string& name) const;
+  const OptionSpec* find_short(char name) const;
+
+  std::vector<OptionSpec> options_;
+  size_t max_positionals_;
+  std::vector<std::pair<std::string, std::string>> given_;  // (name, value) in order
+  std::vector<std::string> positionals_;
+};
+
+// "--name" or "-x" as the user would write it, for messages.
+std::string option_label(const std::string& name);
+
+// Strict number parsing: the whole text must be a number in range. `what` names the value in the
+// UsageError message (e.g. "--top-k").
+int32_t parse_int32(const std::string& text, const std::string& what);
+uint64_t parse_uint64(const std::string& text, const std::string& what);
+float parse_float(const std::string& text, const std::string& what);  // finite values only
+
+// "1,2,3" (spaces around ids allowed) -> ids. Every id must be a 32-bit integer; the list must not
+// be empty. Whether an id lies inside the vocabulary is the library's check.
+std::vector<int32_t> parse_token_list(const std::string& text, const std::string& what);
+
+}  // namespace photon::cli

@@ -1,0 +1,298 @@
+// photon generate: streams a completion of a prompt through the session callback.
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "common.h"
+
+namespace photon::cli {
+namespace {
+
+// The session Ctrl-C cancels. photon_session_cancel only stores an atomic flag, so calling it
+// from the signal handler is async-signal-safe. g_interrupted also records a Ctrl-C that arrives
+// between library calls, which the next call would otherwise clear on entry.
+std::atomic<photon_session*> g_interruptible{nullptr};
+std::atomic<bool> g_interrupted{false};
+static_assert(std::atomic<photon_session*>::is_always_lock_free);
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+void on_interrupt(int) {
+  g_interrupted.store(true);
+  photon_session_cancel(g_interruptible.load());
+}
+
+// While alive, Ctrl-C cancels `session` instead of killing the process; a second Ctrl-C kills
+// (SA_RESETHAND restores the default action after the first).
+class InterruptGuard {
+ public:
+  explicit InterruptGuard(photon_session* session) {
+    g_interruptible.store(session);
+    struct sigaction action = {};
+    action.sa_handler = &on_interrupt;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &action, &previous_);
+  }
+  ~InterruptGuard() {
+    sigaction(SIGINT, &previous_, nullptr);
+    g_interruptible.store(nullptr);
+  }
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+ private:
+  struct sigaction previous_ = {};
+};
+
+photon_mode parse_mode(const std::string& text) {
+  if (text == "auto") return PHOTON_MODE_AUTO;
+  if (text == "hiergen") return PHOTON_MODE_HIERGEN;
+  if (text == "recgen") return PHOTON_MODE_RECGEN;
+  throw UsageError("--mode: '" + text + "' is not one of auto, hiergen, recgen");
+}
+
+const char* mode_name(photon_mode mode) {
+  switch (mode) {
+    case PHOTON_MODE_AUTO: return "auto";
+    case PHOTON_MODE_HIERGEN: return "hiergen";
+    case PHOTON_MODE_RECGEN: return "recgen";
+  }
+  return "unknown";
+}
+
+const char* stop_reason_name(photon_stop_reason reason) {
+  switch (reason) {
+    case PHOTON_STOP_NONE: return "none";
+    case PHOTON_STOP_LENGTH: return "length";
+    case PHOTON_STOP_EOS: return "eos";
+    case PHOTON_STOP_STRING: return "stop_string";
+    case PHOTON_STOP_CALLBACK: return "callback";
+    case PHOTON_STOP_CANCELLED: return "cancelled";
+    case PHOTON_STOP_CONTEXT_FULL: return "context_full";
+  }
+  return "unknown";
+}
+
+// Session settings from the flags, checked before the model is loaded so that mistakes fail fast.
+SessionOptionsPtr session_options(const Args& args) {
+  photon_session_options* raw = nullptr;
+  check(photon_session_options_create(&raw), "cannot create session options");
+  SessionOptionsPtr options(raw);
+  photon_session_options* o = options.get();
+  if (auto text = args.value("mode")) {
+    check_setting(photon_session_options_set_mode(o, parse_mode(*text)), "--mode");
+  }
+  if (auto text = args.value("ctx")) {
+    const int32_t context = parse_int32(*text, "--ctx");
+    if (context < 1) throw UsageError("--ctx: must be at least 1, got " + *text);
+    check_setting(photon_session_options_set_context_length(o, context), "--ctx");
+  }
+  if (auto text = args.value("seed")) {
+    check_setting(photon_session_options_set_seed(o, parse_uint64(*text, "--seed")), "--seed");
+  }
+  if (auto text = args.value("temperature")) {
+    check_setting(
+        photon_session_options_set_temperature(o, parse_float(*text, "--temperature")),
+        "--temperature");
+  }
+  if (auto text = args.value("top-k")) {
+    check_setting(photon_session_options_set_top_k(o, parse_int32(*text, "--top-k")), "--top-k");
+  }
+  if (auto text = args.value("top-p")) {
+    check_setting(photon_session_options_set_top_p(o, parse_float(*text, "--top-p")), "--top-p");
+  }
+  if (auto text = args.value("min-p")) {
+    check_setting(photon_session_options_set_min_p(o, parse_float(*text, "--min-p")), "--min-p");
+  }
+  if (args.has("repeat-penalty") || args.has("repeat-last-n")) {
+    const auto penalty = args.value("repeat-penalty");
+    const auto last_n = args.value("repeat-last-n");
+    check_setting(photon_session_options_set_repetition_penalty(
+                      o, penalty ? parse_float(*penalty, "--repeat-penalty") : 1.0f,
+                      last_n ? parse_int32(*last_n, "--repeat-last-n") : 64),
+                  penalty ? "--repeat-penalty" : "--repeat-last-n");
+  }
+  if (args.has("ignore-eos")) {
+    check_setting(photon_session_options_set_ignore_eos(o, 1), "--ignore-eos");
+  }
+  for (const std::string& stop : args.values("stop")) {
+    check_setting(photon_session_options_add_stop_string(o, stop.c_str()), "--stop");
+  }
+  return options;
+}
+
+struct Stream {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  bool write_failed = false;
+};
+
+int on_token(void* user_data, int32_t token, const char* piece, size_t piece_len,
+             float logprob) {
+  Stream& stream = *static_cast<Stream*>(user_data);
+  try {
+    stream.tokens.push_back(token);
+    stream.logprobs.push_back(logprob);
+  } catch (...) {
+    return 1;  // out of memory: stop rather than let an exception cross the C API
+  }
+  if (piece_len > 0 &&
+      (std::fwrite(piece, 1, piece_len, stdout) != piece_len || std::fflush(stdout) != 0)) {
+    stream.write_failed = true;
+    return 1;
+  }
+  return 0;
+}
+
+void print_summary(const photon_session* session, photon_stop_reason reason, const Stream& stream,
+                   size_t prompt_tokens, double prefill_seconds, double generate_seconds) {
+  const double rate = generate_seconds > 0 ? static_cast<double>(stream.tokens.size()) /
+                                                 generate_seconds
+                                           : 0.0;
+  std::fprintf(stderr,
+               "photon generate: %s, prompt %zu tokens in %.3f s, generated %zu tokens in %.3f s "
+               "(%.1f tok/s), stop: %s\n",
+               mode_name(photon_session_mode(session)), prompt_tokens, prefill_seconds,
+               stream.tokens.size(), generate_seconds, rate,
+               stop_reason_name(reason));
+}
+
+constexpr int kInterruptedExitCode = 130;  // the shell's 128 + SIGINT convention
+
+int run_generate(const std::vector<std::string>& argv) {
+  Args args({{"model", 'm'},
+             {"prompt", 'p'},
+             {"tokens"},
+             {"mode"},
+             {"n-predict", 'n'},
+             {"temperature"},
+             {"top-k"},
+             {"top-p"},
+             {"min-p"},
+             {"repeat-penalty"},
+             {"repeat-last-n"},
+             {"seed"},
+             {"stop"},
+             {"ctx"},
+             {"ignore-eos", 0, false},
+             {"json", 0, false}},
+            0);
+  args.parse(argv);
+  if (args.has("prompt") == args.has("tokens")) {
+    throw UsageError("give exactly one of -p TEXT and --tokens IDS");
+  }
+  std::vector<int32_t> prompt;
+  if (args.has("tokens")) prompt = parse_token_list(*args.value("tokens"), "--tokens");
+  int32_t max_tokens = 64;
+  if (auto text = args.value("n-predict")) {
+    max_tokens = parse_int32(*text, "-n");
+    if (max_tokens < 0) throw UsageError("-n: must be at least 0, got " + *text);
+  }
+  const bool json = args.has("json");
+  const SessionOptionsPtr options = session_options(args);
+  const std::string path = model_path(args);
+
+  const ModelPtr model = load_model(path);
+  if (args.has("prompt")) prompt = tokenize(model.get(), *args.value("prompt"), true);
+  if (prompt.empty()) throw RuntimeFailure("the prompt gives no tokens");
+  const int32_t model_context = photon_model_context_length(model.get());
+  int32_t context = model_context;
+  if (auto text = args.value("ctx")) {
+    context = parse_int32(*text, "--ctx");
+    if (context > model_context) {
+      throw UsageError("--ctx: " + *text + " exceeds the model's context length " +
+                       std::to_string(model_context));
+    }
+  }
+  if (prompt.size() > static_cast<size_t>(context)) {
+    throw RuntimeFailure("the prompt has " + std::to_string(prompt.size()) +
+                         " tokens but the context holds " + std::to_string(context));
+  }
+
+  photon_session* raw_session = nullptr;
+  check(photon_session_create(model.get(), options.get(), &raw_session),
+        "cannot create a session");
+  SessionPtr session(raw_session);
+  std::signal(SIGPIPE, SIG_IGN);  // a closed stdout shows up as a failed write, not a signal
+
+  Stream stream;
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point start;
+  Clock::time_point prefilled;
+  {
+    InterruptGuard interrupt(session.get());
+    if (args.has("prompt")) {
+      const std::string text = *args.value("prompt");
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    }
+    start = Clock::now();
+    const photon_status status =
+        photon_session_prefill(session.get(), prompt.data(), prompt.size());
+    if (status == PHOTON_ERR_CANCELLED || g_interrupted.load()) {
+      std::fprintf(stderr, "\nphoton generate: cancelled while reading the prompt\n");
+      return kInterruptedExitCode;
+    }
+    check(status, "cannot process the prompt");
+    prefilled = Clock::now();
+    check(photon_session_generate(session.get(), max_tokens, &on_token, &stream, nullptr),
+          "generation failed");
+  }
+  const Clock::time_point done = Clock::now();
+  if (stream.write_failed) throw RuntimeFailure("cannot write to standard output");
+
+  std::fputs("\n", stdout);
+  const photon_stop_reason reason = photon_session_stop_reason(session.get());
+  if (json) {
+    nlohmann::ordered_json out;
+    out["tokens"] = stream.tokens;
+    out["logprobs"] = stream.logprobs;
+    out["stop_reason"] = stop_reason_name(reason);
+    out["prompt_tokens"] = prompt.size();
+    out["mode"] = mode_name(photon_session_mode(session.get()));
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    const std::chrono::duration<double> prefill_time = prefilled - start;
+    const std::chrono::duration<double> generate_time = done - prefilled;
+    print_summary(session.get(), reason, stream, prompt.size(), prefill_time.count(),
+                  generate_time.count());
+  }
+  std::fflush(stdout);
+  return reason == PHOTON_STOP_CANCELLED ? kInterruptedExitCode : 0;
+}
+
+}  // namespace
+
+const Command kGenerateCommand = {
+    "generate", "stream a completion of a prompt",
+    "usage: photon generate -m M.photon (-p TEXT | --tokens 1,2,3) [options]\n"
+    "\n"
+    "Streams the completion to stdout as it is generated (after the prompt text, with -p; with\n"
+    "--tokens only the generated text). Ctrl-C stops generation cleanly (exit code 130).\n"
+    "\n"
+    "options:\n"
+    "  -m, --model M.photon the model (default: $PHOTON_MODEL)\n"
+    "  -p, --prompt TEXT    prompt text, tokenized with BOS first\n"
+    "  --tokens IDS         comma-separated prompt token ids, used exactly as given\n"
+    "  --mode MODE          auto (default: RecGen for PHOTON with >= 2 levels), hiergen, recgen\n"
+    "  -n, --n-predict N    generate at most N tokens (default 64)\n"
+    "  --temperature T      softmax temperature; 0 (default) is greedy\n"
+    "  --top-k K            keep the K most likely tokens (0, the default, keeps all)\n"
+    "  --top-p P            nucleus sampling, P in (0, 1] (default 1)\n"
+    "  --min-p P            drop tokens below P times the top probability, P in [0, 1)\n"
+    "  --repeat-penalty X   repetition penalty >= 1 (default 1, off)\n"
+    "  --repeat-last-n N    tokens of history the penalty looks at (default 64)\n"
+    "  --seed S             sampler seed (default 0): same seed, same output\n"
+    "  --stop STR           stop once the generated text contains STR (repeatable)\n"
+    "  --ctx N              session context length, at most the model's (default: the model's)\n"
+    "  --ignore-eos         keep generating past the end-of-sequence token\n"
+    "  --json               after the text, one JSON line: tokens, logprobs, stop_reason,\n"
+    "                       prompt_tokens, mode\n",
+    run_generate};
+
+}  // namespace photon::cli
