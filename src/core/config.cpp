@@ -1,5 +1,7 @@
 #include "core/config.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -252,8 +254,18 @@ std::string config_to_json(const ModelConfig& c) {
     j = json{{"arch", "photon"}, {"vocab_size", c.vocab_size}, {"embed_dim", c.embed_dim},
              {"token_dim", c.token_dim}, {"levels", levels}};
   }
-  j["norm_eps"] = c.norm_eps;
-  j["rope_theta"] = c.rope_theta;
+  // Floats are written with the digits that identify them (1e-05, not 9.99999974737875e-06).
+  auto shortest = [](float v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.9g", v);
+    for (int digits = 1; digits <= 9; ++digits) {
+      std::snprintf(text, sizeof text, "%.*g", digits, v);
+      if (std::strtof(text, nullptr) == v) break;
+    }
+    return std::strtod(text, nullptr);
+  };
+  j["norm_eps"] = shortest(c.norm_eps);
+  j["rope_theta"] = shortest(c.rope_theta);
   j["max_seq_len"] = c.max_seq_len;
   return j.dump();
 }
