@@ -418,6 +418,73 @@ PHOTON_API photon_status photon_session_tokens(const photon_session *session, in
 PHOTON_API photon_status photon_session_kv_bytes(const photon_session *session, int32_t level,
                                                  uint64_t *encoder_bytes, uint64_t *window_bytes);
 
+/* Replaces the session's sampler settings (temperature, top-k/p, min-p, repetition penalty, seed,
+ * ignore-EOS, stop strings) with those of options; mode and context length are not changed. Used
+ * to override the settings of a restored session. */
+PHOTON_API photon_status photon_session_set_sampler(photon_session *session,
+                                                    const photon_session_options *options);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Pull-style iteration                                                                           */
+/* ---------------------------------------------------------------------------------------------- */
+
+/* Produces the next token without a callback, for callers that cannot be called back (managed
+ * runtimes): on PHOTON_OK, *token holds the next token id, or -1 when generation stopped (EOS, a stop
+ * string, cancellation or a full context; photon_session_stop_reason says which). piece receives the
+ * token's UTF-8-complete text (see photon_token_callback) as photon_model_detokenize does for
+ * capacity and PHOTON_ERR_BUFFER_TOO_SMALL (*piece_len is set either way; on
+ * PHOTON_ERR_BUFFER_TOO_SMALL the token is kept and the next call returns it again); piece may be
+ * NULL with capacity 0 to skip the text. logprob may be NULL. Tokens delivered by this call are part
+ * of the history, exactly as with photon_session_generate, and the two produce the same tokens. */
+PHOTON_API photon_status photon_session_next_token(photon_session *session, int32_t *token,
+                                                   char *piece, size_t piece_capacity,
+                                                   size_t *piece_len, float *logprob);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Batched decoding                                                                               */
+/* ---------------------------------------------------------------------------------------------- */
+
+/* Receives the tokens of photon_session_generate_batch; session_index is the session's index in the
+ * array. Return non-zero to stop that session (the others go on). */
+typedef int (*photon_batch_callback)(void *user_data, size_t session_index, int32_t token,
+                                     const char *piece, size_t piece_len, float logprob);
+
+/* Advances n_sessions sessions of one model together, each by up to max_tokens tokens, with the
+ * GEMMs of all sessions batched into one call per weight matrix. Sessions may differ in prompt length,
+ * mode, sampler and stop rules; each stops on its own rules and drops out while the others go on.
+ * Each session produces exactly the tokens photon_session_generate would have produced for it.
+ * n_generated (may be NULL) receives n_sessions counts. Fails with PHOTON_ERR_INVALID_ARGUMENT if the
+ * sessions do not share one model, a session appears twice, or one holds no tokens. */
+PHOTON_API photon_status photon_session_generate_batch(photon_session *const *sessions,
+                                                       size_t n_sessions, int32_t max_tokens,
+                                                       photon_batch_callback callback,
+                                                       void *user_data, int32_t *n_generated);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Saving and restoring sessions                                                                  */
+/* ---------------------------------------------------------------------------------------------- */
+
+/* Serializes the session's complete state (schemas/session.fbs): a fingerprint of the model and
+ * tokenizer, mode, token history, sampler settings and random generator state, and the caches needed
+ * to continue (RecGen: the top-level cache and the open windows; HierGen: every level's encoder
+ * cache and the open windows). A restored session continues exactly as this one would have, in any
+ * process. If capacity is too small (buffer may be NULL), returns PHOTON_ERR_BUFFER_TOO_SMALL with
+ * *size set to the bytes needed; otherwise *size receives the bytes written. */
+PHOTON_API photon_status photon_session_save(photon_session *session, void *buffer,
+                                             size_t capacity, size_t *size);
+/* As photon_session_save, to a file (written to a temporary name and renamed). */
+PHOTON_API photon_status photon_session_save_file(photon_session *session, const char *path);
+
+/* Creates a new session from a saved state for `model`. Refuses, with nothing created: a state of
+ * another model or tokenizer (PHOTON_ERR_WRONG_MODEL), a newer format (PHOTON_ERR_UNSUPPORTED_VERSION),
+ * a blob that is not a session state (PHOTON_ERR_BAD_IDENTIFIER), a truncated one
+ * (PHOTON_ERR_TRUNCATED) or any other damage (PHOTON_ERR_CORRUPT), each with a message saying what. */
+PHOTON_API photon_status photon_session_restore(const photon_model *model, const void *data,
+                                                size_t size, photon_session **out);
+/* As photon_session_restore, from a file. */
+PHOTON_API photon_status photon_session_restore_file(const photon_model *model, const char *path,
+                                                     photon_session **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "engine/decode.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
@@ -34,8 +35,12 @@ struct photon_session {
   const photon_model* owner = nullptr;
   std::unique_ptr<photon::Session> session;
   photon::SamplerConfig sampler;
-  photon::Utf8Stream utf8;
+  photon::DecodeState decode;
   photon_stop_reason stop_reason = PHOTON_STOP_NONE;
+  // A token the pull API delivered whose text did not fit the caller's buffer: returned again.
+  int32_t held_token = -1;
+  float held_logprob = 0.0f;
+  std::string held_piece;
 };
 
 struct photon_write_options {

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "api/api_internal.h"
-#include "engine/generate.h"
+#include "engine/decode.h"
 
 using photon::api::copy_out;
 using photon::api::guard;
@@ -13,6 +13,41 @@ namespace {
 
 void check_range(bool ok, const char* function, const std::string& what) {
   if (!ok) photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": " + what);
+}
+
+// Decodes the sessions together: `budget` tokens at most per session and call, returning after
+// `max_deliver` deliveries (the pull API asks for one).
+void run_decode(std::span<photon_session* const> sessions, int32_t budget, int32_t max_deliver,
+                std::span<photon::TokenSink> sinks, int32_t* n_generated, const char* function) {
+  require(budget >= 0, function, "max_tokens is negative");
+  std::vector<photon::DecodeTask> tasks(sessions.size());
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    photon_session* h = sessions[i];
+    if (!h) photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": session " + std::to_string(i) + " is NULL");
+    photon::Session& s = *h->session;
+    if (h->owner != sessions[0]->owner)
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": session " + std::to_string(i) +
+                                                    " belongs to another model than session 0");
+    for (size_t j = 0; j < i; ++j)
+      if (sessions[j] == h)
+        photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": session " + std::to_string(i) +
+                                                      " appears twice");
+    if (s.history().empty())
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": session " + std::to_string(i) +
+                                                    " holds no tokens; prefill at least BOS first");
+    if (h->held_token >= 0)
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": session " + std::to_string(i) +
+                                                    " has a token from photon_session_next_token that did "
+                                                    "not fit its buffer; fetch it first");
+    s.cancel_requested.store(false);
+    tasks[i] = {&s, &h->decode, &h->sampler, static_cast<int64_t>(s.history().size()) + budget, max_deliver,
+                sinks[i]};
+  }
+  photon::decode(tasks);
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    sessions[i]->stop_reason = tasks[i].reason;
+    if (n_generated) n_generated[i] = tasks[i].delivered;
+  }
 }
 
 }  // namespace
@@ -158,6 +193,7 @@ photon_status photon_session_prefill(photon_session* session, const int32_t* tok
     require(tokens || n_tokens == 0, "photon_session_prefill", "tokens is NULL");
     photon::Session& s = *session->session;
     s.cancel_requested.store(false);
+    session->decode.discard_ahead(s);
     const int32_t v = s.model().config().vocab_size;
     for (size_t i = 0; i < n_tokens; ++i)
       if (tokens[i] < 0 || tokens[i] >= v)
@@ -177,19 +213,74 @@ photon_status photon_session_generate(photon_session* session, int32_t max_token
                                       photon_token_callback callback, void* user_data, int32_t* n_generated) {
   return guard([&] {
     require(session, "photon_session_generate", "session is NULL");
-    require(max_tokens >= 0, "photon_session_generate", "max_tokens is negative");
-    photon::Session& s = *session->session;
-    if (s.history().empty())
-      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_session_generate: the session holds no tokens; prefill at least BOS first");
-    s.cancel_requested.store(false);
     photon::TokenSink sink;
     if (callback)
       sink = [&](int32_t token, std::string_view piece, float logprob) {
         return callback(user_data, token, piece.data(), piece.size(), logprob) == 0;
       };
-    const photon::GenerateResult r = photon::generate(s, session->sampler, session->utf8, max_tokens, sink);
-    session->stop_reason = r.reason;
-    if (n_generated) *n_generated = r.generated;
+    run_decode({&session, 1}, max_tokens, max_tokens, {&sink, 1}, n_generated, "photon_session_generate");
+  });
+}
+
+photon_status photon_session_generate_batch(photon_session* const* sessions, size_t n_sessions,
+                                            int32_t max_tokens, photon_batch_callback callback,
+                                            void* user_data, int32_t* n_generated) {
+  return guard([&] {
+    require(sessions || n_sessions == 0, "photon_session_generate_batch", "sessions is NULL");
+    std::vector<photon::TokenSink> sinks(n_sessions);
+    if (callback)
+      for (size_t i = 0; i < n_sessions; ++i)
+        sinks[i] = [&, i](int32_t token, std::string_view piece, float logprob) {
+          return callback(user_data, i, token, piece.data(), piece.size(), logprob) == 0;
+        };
+    run_decode({sessions, n_sessions}, max_tokens, max_tokens, sinks, n_generated,
+               "photon_session_generate_batch");
+  });
+}
+
+photon_status photon_session_next_token(photon_session* session, int32_t* token, char* piece,
+                                        size_t piece_capacity, size_t* piece_len, float* logprob) {
+  return guard([&] {
+    require(session, "photon_session_next_token", "session is NULL");
+    require(token, "photon_session_next_token", "token is NULL");
+    require(piece_len, "photon_session_next_token", "piece_len is NULL");
+    if (session->held_token < 0) {
+      photon::TokenSink sink = [&](int32_t t, std::string_view text, float lp) {
+        session->held_token = t;
+        session->held_piece.assign(text);
+        session->held_logprob = lp;
+        return true;
+      };
+      run_decode({&session, 1}, session->session->context_length(), 1, {&sink, 1}, nullptr,
+                 "photon_session_next_token");
+      if (session->held_token < 0) {  // stopped
+        *token = -1;
+        *piece_len = 0;
+        if (piece && piece_capacity > 0) piece[0] = '\0';
+        return;
+      }
+    }
+    *piece_len = session->held_piece.size();
+    if (piece_capacity < session->held_piece.size() + 1 && (piece || piece_capacity > 0))
+      photon::fail(PHOTON_ERR_BUFFER_TOO_SMALL, "photon_session_next_token: the piece needs " +
+                                                    std::to_string(session->held_piece.size() + 1) +
+                                                    " bytes, the buffer holds " + std::to_string(piece_capacity));
+    if (piece) {
+      session->held_piece.copy(piece, session->held_piece.size());
+      piece[session->held_piece.size()] = '\0';
+    }
+    *token = session->held_token;
+    if (logprob) *logprob = session->held_logprob;
+    session->held_token = -1;
+  });
+}
+
+photon_status photon_session_set_sampler(photon_session* session, const photon_session_options* options) {
+  return guard([&] {
+    require(session, "photon_session_set_sampler", "session is NULL");
+    require(options, "photon_session_set_sampler", "options is NULL");
+    session->decode.discard_ahead(*session->session);  // tokens drawn under the old settings
+    session->sampler = options->sampler;
   });
 }
 

@@ -75,42 +75,67 @@ void hier_append(const Model& model, HierState& st, std::span<const int32_t> tok
   }
 }
 
-void hier_step(const Model& model, HierState& st, int32_t token, Scratch& s) {
+void hier_step(const Model& model, std::span<HierState* const> states,
+               std::span<const int32_t> tokens, Scratch& s) {
   const ModelConfig& c = model.config();
   const Weights& w = model.weights();
   const int L = c.num_levels();
+  const size_t n = states.size();
   // latent: the completed child's encoder state (chunker input); input: what its parent's window
   // reads for it (tok_emb_dec at level 1, the same encoder state above).
-  std::vector<float> latent(c.embed_dim), input(c.token_dim);
-  gather_rows(w.tok_emb_enc, c.embed_dim, {&token, 1}, latent.data());
-  gather_rows(w.tok_emb_dec, c.token_dim, {&token, 1}, input.data());
-  int changed = L + 1;  // the highest level whose window got a new output (L + 1: a new top unit)
-  for (int l = 1; l <= L; ++l) {
-    HierLevel& lv = st.level(l);
-    const int cl = c.level(l).chunk_len, dp = c.latent_dim(l - 1);
-    std::memcpy(lv.pending.data() + static_cast<size_t>(lv.n_pending) * dp, latent.data(), dp * sizeof(float));
-    if (++lv.n_pending < cl) {
-      const WindowJob job{&lv.window, nullptr, input.data(), 1};
-      run_windows(model, l, {&job, 1}, s);
-      changed = l;
-      break;
-    }
-    std::vector<float> encoded(c.latent_dim(l));
-    const EncodeJob job{&lv.encoder, lv.pending.data(), 1, encoded.data()};
-    encode_units(model, l, {&job, 1}, s);
-    lv.n_pending = 0;
-    latent = encoded;
-    input = encoded;
-    if (l == L) {
-      st.top_last = encoded;
-      st.has_top = true;
-    }
+  std::vector<std::vector<float>> latent(n), input(n);
+  std::vector<int> changed(n, L + 1);  // highest level whose window got a new output (L+1: new top unit)
+  std::vector<size_t> active;
+  for (size_t i = 0; i < n; ++i) {
+    latent[i].resize(c.embed_dim);
+    input[i].resize(c.token_dim);
+    gather_rows(w.tok_emb_enc, c.embed_dim, tokens.subspan(i, 1), latent[i].data());
+    gather_rows(w.tok_emb_dec, c.token_dim, tokens.subspan(i, 1), input[i].data());
+    active.push_back(i);
   }
-  st.pos += 1;
-  for (int l = changed - 1; l >= 1; --l) {
-    const float* cond = l == L ? top_conditioner(model, st) : st.level(l + 1).window.latest();
-    const WindowJob job{&st.level(l).window, cond, nullptr, 0};
-    run_windows(model, l, {&job, 1}, s);
+  std::vector<WindowJob> feeds;
+  std::vector<EncodeJob> encodes;
+  std::vector<size_t> completing;
+  for (int l = 1; l <= L && !active.empty(); ++l) {
+    const int cl = c.level(l).chunk_len, dp = c.latent_dim(l - 1);
+    feeds.clear();
+    encodes.clear();
+    completing.clear();
+    for (size_t i : active) {
+      HierLevel& lv = states[i]->level(l);
+      std::memcpy(lv.pending.data() + static_cast<size_t>(lv.n_pending) * dp, latent[i].data(), dp * sizeof(float));
+      if (++lv.n_pending < cl) {
+        feeds.push_back({&lv.window, nullptr, input[i].data(), 1});
+        changed[i] = l;
+      } else {
+        latent[i].resize(c.latent_dim(l));
+        encodes.push_back({&lv.encoder, lv.pending.data(), 1, latent[i].data()});
+        completing.push_back(i);
+      }
+    }
+    run_windows(model, l, feeds, s);
+    encode_units(model, l, encodes, s);
+    for (size_t i : completing) {
+      states[i]->level(l).n_pending = 0;
+      input[i] = latent[i];
+      if (l == L) {
+        states[i]->top_last = latent[i];
+        states[i]->has_top = true;
+      }
+    }
+    active.swap(completing);
+  }
+  for (HierState* st : states) st->pos += 1;
+  std::vector<WindowJob> opens;
+  for (int l = L; l >= 1; --l) {
+    opens.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (changed[i] - 1 < l) continue;
+      HierState& st = *states[i];
+      const float* cond = l == L ? top_conditioner(model, st) : st.level(l + 1).window.latest();
+      opens.push_back({&st.level(l).window, cond, nullptr, 0});
+    }
+    run_windows(model, l, opens, s);
   }
 }
 

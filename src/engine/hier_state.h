@@ -38,10 +38,12 @@ struct HierState {
 void hier_append(const Model& model, HierState& st, std::span<const int32_t> tokens,
                  std::span<const int32_t> history, Scratch& s);
 
-// Consumes one token incrementally (spec 5, HierGen): it completes its level-1 unit or feeds the
-// level-1 window; a completed unit steps its level's encoder and feeds the parent, and so on up;
-// new windows then open top-down below the highest level that changed.
-void hier_step(const Model& model, HierState& st, int32_t token, Scratch& s);
+// Consumes one token per state incrementally (spec 5, HierGen): it completes its level-1 unit or
+// feeds the level-1 window; a completed unit steps its level's encoder and feeds the parent, and so
+// on up; new windows then open top-down below the highest level that changed. The states advance
+// level by level together, so each level's GEMMs cover every state that reaches it.
+void hier_step(const Model& model, std::span<HierState* const> states,
+               std::span<const int32_t> tokens, Scratch& s);
 
 // Initial conditioner of the top level's open unit: X(L) of the previous unit, or the learned start.
 const float* top_conditioner(const Model& model, const HierState& st);

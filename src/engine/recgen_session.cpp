@@ -5,6 +5,15 @@
 
 namespace photon {
 
+namespace {
+
+// Index in the parent's plan of the level-l unit that starts or holds position `pos`.
+int64_t child_index(const ModelConfig& c, int level, int64_t pos) {
+  return (pos / c.block_tokens(level)) % c.level(level + 1).chunk_len;
+}
+
+}  // namespace
+
 RecGenSession::RecGenSession(const Model& model, int context) : Session(model, Mode::RecGen, context) {
   const ModelConfig& c = model.config();
   const int L = c.num_levels();
@@ -41,42 +50,61 @@ void RecGenSession::prefill(std::span<const int32_t> tokens) {
   build_from(st);
 }
 
-// Runs a level-l window over the open unit's prompt children, then on its own outputs: o_j for
-// every child not entirely in the prompt is that child's latent (Xhat), and also its input y.
-void RecGenSession::compute_plan(int level, const float* cond, const float* prompt_children, int n_prompt) {
-  const ModelConfig& c = model_.config();
+// Runs each session's level-l window over its open unit's prompt children, then on its own
+// outputs: o_j for every child not entirely in the prompt is that child's latent (Xhat) and also
+// its input y. All sessions step together.
+void RecGenSession::compute_plans(const Model& model, int level, std::span<RecGenSession* const> sessions,
+                                  std::span<const float* const> conds,
+                                  std::span<const float* const> prompt_children, std::span<const int> n_prompt,
+                                  Scratch& s) {
+  const ModelConfig& c = model.config();
   const int cl = c.level(level).chunk_len, dp = c.latent_dim(level - 1);
-  Window w;
-  allocate_window(model_, level, &w);
-  const WindowJob first{&w, cond, prompt_children, n_prompt};
-  run_windows(model_, level, {&first, 1}, scratch_);
-  float* plan = plans_[level].data();
-  if (n_prompt > 0) std::memcpy(plan, prompt_children, static_cast<size_t>(n_prompt) * dp * sizeof(float));
-  for (int j = n_prompt; j < cl; ++j) {
-    std::memcpy(plan + static_cast<size_t>(j) * dp, w.output(j), dp * sizeof(float));
-    if (j + 1 < cl) {
-      const WindowJob next{&w, nullptr, plan + static_cast<size_t>(j) * dp, 1};
-      run_windows(model_, level, {&next, 1}, scratch_);
+  const size_t n = sessions.size();
+  std::vector<Window> windows(n);
+  std::vector<WindowJob> jobs;
+  for (size_t i = 0; i < n; ++i) {
+    allocate_window(model, level, &windows[i]);
+    jobs.push_back({&windows[i], conds[i], prompt_children[i], n_prompt[i]});
+    if (n_prompt[i] > 0)
+      std::memcpy(sessions[i]->plans_[level].data(), prompt_children[i],
+                  static_cast<size_t>(n_prompt[i]) * dp * sizeof(float));
+  }
+  run_windows(model, level, jobs, s);
+  for (int j = 0; j < cl; ++j) {
+    jobs.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (j < n_prompt[i]) continue;
+      float* row = sessions[i]->plans_[level].data() + static_cast<size_t>(j) * dp;
+      std::memcpy(row, windows[i].output(j), dp * sizeof(float));
+      if (j + 1 < cl) jobs.push_back({&windows[i], nullptr, row, 1});
     }
+    run_windows(model, level, jobs, s);
   }
 }
 
-void RecGenSession::open_group(int first_window, std::span<const int32_t> open_tokens) {
-  const ModelConfig& c = model_.config();
+void RecGenSession::open_groups(const Model& model, std::span<RecGenSession* const> sessions,
+                                std::span<const int> first_window, std::span<const std::vector<int32_t>> open_tokens,
+                                Scratch& s) {
+  const ModelConfig& c = model.config();
   const int c1 = c.level(1).chunk_len, d1 = c.latent_dim(1);
-  std::vector<float> inputs(open_tokens.size() * c.token_dim);
-  gather_rows(model_.weights().tok_emb_dec, c.token_dim, open_tokens, inputs.data());
+  std::vector<std::vector<float>> inputs(sessions.size());
   std::vector<WindowJob> jobs;
-  for (int j = 0; j < static_cast<int>(group_.size()); ++j) {
-    if (j < first_window) {
-      group_[j].consumed = c1;  // finished inside the prompt
-      continue;
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    RecGenSession& r = *sessions[i];
+    inputs[i].resize(open_tokens[i].size() * c.token_dim);
+    gather_rows(model.weights().tok_emb_dec, c.token_dim, open_tokens[i], inputs[i].data());
+    for (int j = 0; j < static_cast<int>(r.group_.size()); ++j) {
+      if (j < first_window[i]) {
+        r.group_[j].cache.len = r.group_[j].n_outputs = 0;  // finished inside the prompt
+        r.group_[j].consumed = c1;
+        continue;
+      }
+      const bool open = j == first_window[i];
+      jobs.push_back({&r.group_[j], r.plans_[2].data() + static_cast<size_t>(j) * d1,
+                      open ? inputs[i].data() : nullptr, open ? static_cast<int>(open_tokens[i].size()) : 0});
     }
-    const bool open = j == first_window;
-    jobs.push_back({&group_[j], plans_[2].data() + static_cast<size_t>(j) * d1,
-                    open ? inputs.data() : nullptr, open ? static_cast<int>(open_tokens.size()) : 0});
   }
-  run_windows(model_, 1, jobs, scratch_);
+  run_windows(model, 1, jobs, s);
 }
 
 void RecGenSession::build_from(HierState& st) {
@@ -86,39 +114,62 @@ void RecGenSession::build_from(HierState& st) {
   top_ = std::move(st.level(L).encoder);  // the lower levels' caches die with `st`
   top_last_ = st.top_last;
   has_top_ = st.has_top;
+  RecGenSession* self = this;
   for (int l = L; l >= 2; --l) {
     const float* cond = l == L ? (has_top_ ? top_last_.data() : model_.weights().start)
-                               : plans_[l + 1].data() +
-                                     ((pos / c.block_tokens(l)) % c.level(l + 1).chunk_len) * c.latent_dim(l);
-    compute_plan(l, cond, st.level(l).pending.data(), st.level(l).n_pending);
+                               : plans_[l + 1].data() + child_index(c, l, pos) * c.latent_dim(l);
+    const float* children = st.level(l).pending.data();
+    const int n_prompt = st.level(l).n_pending;
+    compute_plans(model_, l, {&self, 1}, {&cond, 1}, {&children, 1}, {&n_prompt, 1}, scratch_);
   }
   group_start_ = pos / c.block_tokens(2) * c.block_tokens(2);
   const int c1 = c.level(1).chunk_len;
   const int first = static_cast<int>((pos - group_start_) / c1);
-  const int in_unit = static_cast<int>(pos % c1);
-  open_group(first, std::span<const int32_t>(history_).subspan(history_.size() - in_unit));
+  const std::vector<int32_t> open(history_.end() - pos % c1, history_.end());
+  open_groups(model_, {&self, 1}, {&first, 1}, {&open, 1}, scratch_);
 }
 
-void RecGenSession::advance_group() {
-  const ModelConfig& c = model_.config();
+void RecGenSession::advance_groups(const Model& model, std::span<RecGenSession* const> sessions, Scratch& s) {
+  const ModelConfig& c = model.config();
   const int L = c.num_levels();
-  const int64_t pos = group_end();
-  int highest = 2;
-  for (int l = 2; l <= L && pos % c.block_tokens(l) == 0; ++l) highest = l;
-  if (highest == L) {
-    // The top unit completed: its chunker reads its children's latents (spec 5, RecGen).
-    const EncodeJob job{&top_, plans_[L].data(), 1, top_last_.data()};
-    encode_units(model_, L, {&job, 1}, scratch_);
-    has_top_ = true;
+  // A session whose top unit completes steps the top encoder over its children's latents.
+  std::vector<EncodeJob> encodes;
+  for (RecGenSession* r : sessions)
+    if (r->group_end() % c.block_tokens(L) == 0) {
+      encodes.push_back({&r->top_, r->plans_[L].data(), 1, r->top_last_.data()});
+      r->has_top_ = true;
+    }
+  encode_units(model, L, encodes, s);
+  // New plans top-down, for every level whose unit completes with the group.
+  for (int l = L; l >= 2; --l) {
+    std::vector<RecGenSession*> opening;
+    std::vector<const float*> conds, none;
+    std::vector<int> zero;
+    for (RecGenSession* r : sessions) {
+      const int64_t pos = r->group_end();
+      if (pos % c.block_tokens(l) != 0) continue;
+      opening.push_back(r);
+      conds.push_back(l == L ? r->top_last_.data()
+                             : r->plans_[l + 1].data() + child_index(c, l, pos) * c.latent_dim(l));
+      none.push_back(nullptr);
+      zero.push_back(0);
+    }
+    compute_plans(model, l, opening, conds, none, zero, s);
   }
-  for (int l = highest; l >= 2; --l) {
-    const float* cond = l == L ? top_last_.data()
-                               : plans_[l + 1].data() +
-                                     ((pos / c.block_tokens(l)) % c.level(l + 1).chunk_len) * c.latent_dim(l);
-    compute_plan(l, cond, nullptr, 0);
+  for (RecGenSession* r : sessions) r->group_start_ = r->group_end();
+  const std::vector<int> first(sessions.size(), 0);
+  const std::vector<std::vector<int32_t>> open(sessions.size());
+  open_groups(model, sessions, first, open, s);
+}
+
+void RecGenSession::sync_group(std::span<Session* const> group) {
+  std::vector<RecGenSession*> due;
+  for (Session* s : group) {
+    auto* r = static_cast<RecGenSession*>(s);
+    const int64_t next = static_cast<int64_t>(r->history_.size());
+    if (next > 0 && next < r->context_ && next == r->group_end()) due.push_back(r);
   }
-  group_start_ = pos;
-  open_group(0, {});
+  if (!due.empty()) advance_groups(model_, due, scratch_);
 }
 
 void RecGenSession::lanes(int64_t limit, bool parallel, std::vector<Lane>& out) {
@@ -126,7 +177,6 @@ void RecGenSession::lanes(int64_t limit, bool parallel, std::vector<Lane>& out) 
   lane_windows_.clear();
   const int64_t next = static_cast<int64_t>(history_.size());
   if (next == 0 || next >= context_ || next >= limit) return;
-  if (next == group_end()) advance_group();
   const int c1 = model_.config().level(1).chunk_len;
   for (int j = static_cast<int>((next - group_start_) / c1); j < static_cast<int>(group_.size()); ++j) {
     const Window& w = group_[j];
@@ -139,17 +189,22 @@ void RecGenSession::lanes(int64_t limit, bool parallel, std::vector<Lane>& out) 
   }
 }
 
-void RecGenSession::feed(std::span<const int32_t> tokens) {
-  generated_ = true;
+void RecGenSession::feed_group(std::span<Session* const> group, std::span<const std::vector<int32_t>> tokens) {
   const ModelConfig& c = model_.config();
   const int c1 = c.level(1).chunk_len;
-  std::vector<float> inputs(tokens.size() * c.token_dim);
-  gather_rows(model_.weights().tok_emb_dec, c.token_dim, tokens, inputs.data());
+  std::vector<std::vector<float>> inputs(group.size());
   std::vector<WindowJob> jobs;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    Window& w = group_[lane_windows_[i]];
-    if (w.consumed + 1 < c1) jobs.push_back({&w, nullptr, inputs.data() + i * c.token_dim, 1});
-    else w.consumed = c1;  // the unit's last token needs no further output
+  for (size_t g = 0; g < group.size(); ++g) {
+    auto* r = static_cast<RecGenSession*>(group[g]);
+    if (tokens[g].empty()) continue;
+    r->generated_ = true;
+    inputs[g].resize(tokens[g].size() * c.token_dim);
+    gather_rows(model_.weights().tok_emb_dec, c.token_dim, tokens[g], inputs[g].data());
+    for (size_t i = 0; i < tokens[g].size(); ++i) {
+      Window& w = r->group_[r->lane_windows_[i]];
+      if (w.consumed + 1 < c1) jobs.push_back({&w, nullptr, inputs[g].data() + i * c.token_dim, 1});
+      else w.consumed = c1;  // the unit's last token needs no further output
+    }
   }
   run_windows(model_, 1, jobs, scratch_);
 }

@@ -37,20 +37,34 @@ HierGenSession::HierGenSession(const Model& model, int context) : Session(model,
   state_.allocate(model, encoder_capacities(model.config(), context));
 }
 
-void HierGenSession::catch_up() {
-  while (state_.pos < static_cast<int64_t>(history_.size()))
-    hier_step(model_, state_, history_[state_.pos], scratch_);
+void HierGenSession::sync_group(std::span<Session* const> group) {
+  // Delivered tokens are consumed lazily, one step per lagging session per round.
+  std::vector<HierState*> states;
+  std::vector<int32_t> tokens;
+  for (;;) {
+    states.clear();
+    tokens.clear();
+    for (Session* s : group) {
+      auto* h = static_cast<HierGenSession*>(s);
+      if (h->state_.pos < static_cast<int64_t>(h->history_.size())) {
+        states.push_back(&h->state_);
+        tokens.push_back(h->history_[h->state_.pos]);
+      }
+    }
+    if (states.empty()) return;
+    hier_step(model_, states, tokens, scratch_);
+  }
 }
 
 void HierGenSession::prefill(std::span<const int32_t> tokens) {
-  catch_up();
+  Session* self = this;
+  sync_group({&self, 1});
   history_.insert(history_.end(), tokens.begin(), tokens.end());
   hier_append(model_, state_, tokens, history_, scratch_);
 }
 
 void HierGenSession::lanes(int64_t limit, bool, std::vector<Lane>& out) {
   out.clear();
-  catch_up();
   const int64_t next = static_cast<int64_t>(history_.size());
   if (next < limit && next < context_ && next > 0) out.push_back({next, state_.hidden()});
 }
@@ -68,26 +82,40 @@ VanillaSession::VanillaSession(const Model& model, int context) : Session(model,
   hidden_.assign(c.dim, 0.0f);
 }
 
-void VanillaSession::append(std::span<const int32_t> tokens) {
-  if (tokens.empty()) return;
+void VanillaSession::sync_group(std::span<Session* const> group) {
+  // Every session's unconsumed tokens continue its own cache: one stack pass for all of them.
   const ModelConfig& c = model_.config();
+  std::vector<StackSegment> segments;
+  std::vector<VanillaSession*> lagging;
+  std::vector<int32_t> tokens;
+  for (Session* s : group) {
+    auto* v = static_cast<VanillaSession*>(s);
+    const int lag = static_cast<int>(v->history_.size()) - v->cache_.len;
+    if (lag <= 0) continue;
+    tokens.insert(tokens.end(), v->history_.end() - lag, v->history_.end());
+    segments.push_back({&v->cache_, lag});
+    lagging.push_back(v);
+  }
+  if (tokens.empty()) return;
   std::vector<float>& x = scratch_.x;
   x.resize(tokens.size() * c.dim);
   gather_rows(model_.weights().tok_emb, c.dim, tokens, x.data());
-  const StackSegment segment{&cache_, static_cast<int>(tokens.size())};
-  stack_forward(model_.weights().stack, c.norm_eps, c.rope_theta, x.data(), {&segment, 1}, scratch_.stack);
-  std::memcpy(hidden_.data(), x.data() + (tokens.size() - 1) * c.dim, c.dim * sizeof(float));
+  stack_forward(model_.weights().stack, c.norm_eps, c.rope_theta, x.data(), segments, scratch_.stack);
+  size_t row = 0;
+  for (size_t i = 0; i < lagging.size(); ++i) {
+    row += segments[i].rows;
+    std::memcpy(lagging[i]->hidden_.data(), x.data() + (row - 1) * c.dim, c.dim * sizeof(float));
+  }
 }
 
 void VanillaSession::prefill(std::span<const int32_t> tokens) {
-  append(std::span<const int32_t>(history_).subspan(cache_.len));
   history_.insert(history_.end(), tokens.begin(), tokens.end());
-  append(tokens);
+  Session* self = this;
+  sync_group({&self, 1});
 }
 
 void VanillaSession::lanes(int64_t limit, bool, std::vector<Lane>& out) {
   out.clear();
-  append(std::span<const int32_t>(history_).subspan(cache_.len));
   const int64_t next = static_cast<int64_t>(history_.size());
   if (next < limit && next < context_ && next > 0) out.push_back({next, hidden_.data()});
 }

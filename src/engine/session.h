@@ -37,12 +37,18 @@ class Session {
 
   // Consumes tokens after the history, in parallel.
   virtual void prefill(std::span<const int32_t> tokens) = 0;
-  // Lanes ready to be sampled, in position order, all before `limit`. With parallel false, only the
-  // lane of the next position. Brings the caches up to date with the history first.
+  // Brings the caches of `group` (sessions of this session's type and model, this one among them)
+  // up to date with their histories, batching the work across them.
+  virtual void sync_group(std::span<Session* const> group) = 0;
+  // Lanes ready to be sampled after sync_group, in position order, all before `limit`. With
+  // parallel false, only the lane of the next position.
   virtual void lanes(int64_t limit, bool parallel, std::vector<Lane>& out) = 0;
-  // The tokens sampled for the lanes of the last lanes() call, in the same order. Tokens beyond the
-  // history are speculative until committed.
-  virtual void feed(std::span<const int32_t> tokens) { (void)tokens; }
+  // Feeds each session of `group` the tokens sampled for the lanes of its last lanes() call, in
+  // the same order. Tokens beyond the history are speculative until committed.
+  virtual void feed_group(std::span<Session* const> group, std::span<const std::vector<int32_t>> tokens) {
+    (void)group;
+    (void)tokens;
+  }
   // Appends a delivered token to the history.
   void commit(int32_t token) { history_.push_back(token); }
   // Drops whatever was fed beyond the history.

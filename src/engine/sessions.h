@@ -10,11 +10,11 @@ class HierGenSession final : public Session {
  public:
   HierGenSession(const Model& model, int context);
   void prefill(std::span<const int32_t> tokens) override;
+  void sync_group(std::span<Session* const> group) override;
   void lanes(int64_t limit, bool parallel, std::vector<Lane>& out) override;
   KvBytes kv_bytes(int level) const override;
 
  private:
-  void catch_up();
   HierState state_;
 };
 
@@ -25,16 +25,23 @@ class RecGenSession final : public Session {
  public:
   RecGenSession(const Model& model, int context);
   void prefill(std::span<const int32_t> tokens) override;
+  void sync_group(std::span<Session* const> group) override;
   void lanes(int64_t limit, bool parallel, std::vector<Lane>& out) override;
-  void feed(std::span<const int32_t> tokens) override;
+  void feed_group(std::span<Session* const> group, std::span<const std::vector<int32_t>> tokens) override;
   void rollback() override;
   KvBytes kv_bytes(int level) const override;
 
  private:
   void build_from(HierState& st);
-  void compute_plan(int level, const float* cond, const float* prompt_children, int n_prompt);
-  void open_group(int first_window, std::span<const int32_t> open_tokens);
-  void advance_group();
+  // Batched over sessions: the plans of level l (each session's open unit's child latents) from a
+  // conditioner and the unit's children already in the prompt, and the level-1 windows of a group.
+  static void compute_plans(const Model& model, int level, std::span<RecGenSession* const> sessions,
+                            std::span<const float* const> conds, std::span<const float* const> prompt_children,
+                            std::span<const int> n_prompt, Scratch& s);
+  static void open_groups(const Model& model, std::span<RecGenSession* const> sessions,
+                          std::span<const int> first_window, std::span<const std::vector<int32_t>> open_tokens,
+                          Scratch& s);
+  static void advance_groups(const Model& model, std::span<RecGenSession* const> sessions, Scratch& s);
   int64_t group_end() const;
 
   KvCache top_;                 // level-L encoder cache: the only cache that grows
@@ -51,11 +58,11 @@ class VanillaSession final : public Session {
  public:
   VanillaSession(const Model& model, int context);
   void prefill(std::span<const int32_t> tokens) override;
+  void sync_group(std::span<Session* const> group) override;
   void lanes(int64_t limit, bool parallel, std::vector<Lane>& out) override;
   KvBytes kv_bytes(int level) const override;
 
  private:
-  void append(std::span<const int32_t> tokens);
   KvCache cache_;
   std::vector<float> hidden_;  // [D]: output of the last consumed position
 };
