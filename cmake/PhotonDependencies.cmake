@@ -21,7 +21,7 @@ foreach(schema ${PHOTON_SCHEMAS})
   get_filename_component(stem ${schema} NAME_WE)
   set(out ${PHOTON_GENERATED_DIR}/${stem}_generated.h)
   add_custom_command(OUTPUT ${out}
-    COMMAND ${FLATC} --cpp --scoped-enums -o ${PHOTON_GENERATED_DIR} ${schema}
+    COMMAND ${FLATC} --cpp --scoped-enums --gen-mutable -o ${PHOTON_GENERATED_DIR} ${schema}
     DEPENDS ${schema} COMMENT "flatc ${stem}.fbs")
   list(APPEND PHOTON_GENERATED_HEADERS ${out})
 endforeach()

@@ -59,6 +59,7 @@ class Session {
   std::atomic<bool> cancel_requested{false};
 
  protected:
+  friend class SessionCodec;
   Session(const Model& model, Mode mode, int context)
       : model_(model), mode_(mode), context_(context) {}
   const Model& model_;

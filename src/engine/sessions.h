@@ -15,6 +15,7 @@ class HierGenSession final : public Session {
   KvBytes kv_bytes(int level) const override;
 
  private:
+  friend class SessionCodec;
   HierState state_;
 };
 
@@ -32,6 +33,7 @@ class RecGenSession final : public Session {
   KvBytes kv_bytes(int level) const override;
 
  private:
+  friend class SessionCodec;
   void build_from(HierState& st);
   // Batched over sessions: the plans of level l (each session's open unit's child latents) from a
   // conditioner and the unit's children already in the prompt, and the level-1 windows of a group.
@@ -63,6 +65,7 @@ class VanillaSession final : public Session {
   KvBytes kv_bytes(int level) const override;
 
  private:
+  friend class SessionCodec;
   KvCache cache_;
   std::vector<float> hidden_;  // [D]: output of the last consumed position
 };

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace sentencepiece {
@@ -49,6 +50,9 @@ class Utf8Stream {
   std::string push(std::string_view bytes);
   // Returns whatever is still held back (at the end of a stream).
   std::string flush();
+  // Bytes held back (saved with a session so that a restored stream continues alike).
+  const std::string& pending() const { return pending_; }
+  void set_pending(std::string bytes) { pending_ = std::move(bytes); }
 
  private:
   static std::string replace_invalid(std::string_view bytes);
