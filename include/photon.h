@@ -418,6 +418,11 @@ PHOTON_API photon_status photon_session_tokens(const photon_session *session, in
 PHOTON_API photon_status photon_session_kv_bytes(const photon_session *session, int32_t level,
                                                  uint64_t *encoder_bytes, uint64_t *window_bytes);
 
+/* Creates options holding the session's current settings (mode, context length and sampler), so a
+ * caller can change some of them and apply the result with photon_session_set_sampler. */
+PHOTON_API photon_status photon_session_get_options(const photon_session *session,
+                                                    photon_session_options **out);
+
 /* Replaces the session's sampler settings (temperature, top-k/p, min-p, repetition penalty, seed,
  * ignore-EOS, stop strings) with those of options; mode and context length are not changed. Used
  * to override the settings of a restored session. */

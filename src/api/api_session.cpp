@@ -275,6 +275,18 @@ photon_status photon_session_next_token(photon_session* session, int32_t* token,
   });
 }
 
+photon_status photon_session_get_options(const photon_session* session, photon_session_options** out) {
+  return guard([&] {
+    require(session, "photon_session_get_options", "session is NULL");
+    require(out, "photon_session_get_options", "out is NULL");
+    auto o = std::make_unique<photon_session_options>();
+    o->mode = photon_session_mode(session);
+    o->context_length = session->session->context_length();
+    o->sampler = session->sampler;
+    *out = o.release();
+  });
+}
+
 photon_status photon_session_set_sampler(photon_session* session, const photon_session_options* options) {
   return guard([&] {
     require(session, "photon_session_set_sampler", "session is NULL");

@@ -78,12 +78,9 @@ const char* stop_reason_name(photon_stop_reason reason) {
   return "unknown";
 }
 
-// Session settings from the flags, checked before the model is loaded so that mistakes fail fast.
-SessionOptionsPtr session_options(const Args& args) {
-  photon_session_options* raw = nullptr;
-  check(photon_session_options_create(&raw), "cannot create session options");
-  SessionOptionsPtr options(raw);
-  photon_session_options* o = options.get();
+// Applies the session flags to `o`: all of them for a new session, the sampling ones over a resumed
+// session's saved settings.
+void apply_flags(const Args& args, photon_session_options* o) {
   if (auto text = args.value("mode")) {
     check_setting(photon_session_options_set_mode(o, parse_mode(*text)), "--mode");
   }
@@ -123,6 +120,14 @@ SessionOptionsPtr session_options(const Args& args) {
   for (const std::string& stop : args.values("stop")) {
     check_setting(photon_session_options_add_stop_string(o, stop.c_str()), "--stop");
   }
+}
+
+// Session settings from the flags, checked before the model is loaded so that mistakes fail fast.
+SessionOptionsPtr session_options(const Args& args) {
+  photon_session_options* raw = nullptr;
+  check(photon_session_options_create(&raw), "cannot create session options");
+  SessionOptionsPtr options(raw);
+  apply_flags(args, options.get());
   return options;
 }
 
@@ -179,12 +184,19 @@ int run_generate(const std::vector<std::string>& argv) {
              {"seed"},
              {"stop"},
              {"ctx"},
+             {"save-session"},
+             {"resume"},
              {"ignore-eos", 0, false},
              {"json", 0, false}},
             0);
   args.parse(argv);
-  if (args.has("prompt") == args.has("tokens")) {
-    throw UsageError("give exactly one of -p TEXT and --tokens IDS");
+  const bool resume = args.has("resume");
+  if (args.has("prompt") && args.has("tokens")) throw UsageError("give only one of -p TEXT and --tokens IDS");
+  if (!resume && !args.has("prompt") && !args.has("tokens")) {
+    throw UsageError("give -p TEXT, --tokens IDS or --resume FILE");
+  }
+  if (resume && (args.has("mode") || args.has("ctx"))) {
+    throw UsageError("--mode and --ctx come from the saved session with --resume");
   }
   std::vector<int32_t> prompt;
   if (args.has("tokens")) prompt = parse_token_list(*args.value("tokens"), "--tokens");
@@ -198,8 +210,8 @@ int run_generate(const std::vector<std::string>& argv) {
   const std::string path = model_path(args);
 
   const ModelPtr model = load_model(path);
-  if (args.has("prompt")) prompt = tokenize(model.get(), *args.value("prompt"), true);
-  if (prompt.empty()) throw RuntimeFailure("the prompt gives no tokens");
+  if (args.has("prompt")) prompt = tokenize(model.get(), *args.value("prompt"), !resume);
+  if (!resume && prompt.empty()) throw RuntimeFailure("the prompt gives no tokens");
   const int32_t model_context = photon_model_context_length(model.get());
   int32_t context = model_context;
   if (auto text = args.value("ctx")) {
@@ -215,9 +227,20 @@ int run_generate(const std::vector<std::string>& argv) {
   }
 
   photon_session* raw_session = nullptr;
-  check(photon_session_create(model.get(), options.get(), &raw_session),
-        "cannot create a session");
+  if (resume) {
+    const std::string state = *args.value("resume");
+    check(photon_session_restore_file(model.get(), state.c_str(), &raw_session), "cannot resume " + state);
+  } else {
+    check(photon_session_create(model.get(), options.get(), &raw_session), "cannot create a session");
+  }
   SessionPtr session(raw_session);
+  if (resume) {  // the saved settings, with the sampling flags given here on top
+    photon_session_options* raw = nullptr;
+    check(photon_session_get_options(session.get(), &raw), "cannot read the session's settings");
+    SessionOptionsPtr saved(raw);
+    apply_flags(args, saved.get());
+    check(photon_session_set_sampler(session.get(), saved.get()), "cannot apply the sampling flags");
+  }
   std::signal(SIGPIPE, SIG_IGN);  // a closed stdout shows up as a failed write, not a signal
 
   Stream stream;
@@ -233,7 +256,7 @@ int run_generate(const std::vector<std::string>& argv) {
     }
     start = Clock::now();
     const photon_status status =
-        photon_session_prefill(session.get(), prompt.data(), prompt.size());
+        prompt.empty() ? PHOTON_OK : photon_session_prefill(session.get(), prompt.data(), prompt.size());
     if (status == PHOTON_ERR_CANCELLED || g_interrupted.load()) {
       std::fprintf(stderr, "\nphoton generate: cancelled while reading the prompt\n");
       return kInterruptedExitCode;
@@ -245,6 +268,9 @@ int run_generate(const std::vector<std::string>& argv) {
   }
   const Clock::time_point done = Clock::now();
   if (stream.write_failed) throw RuntimeFailure("cannot write to standard output");
+  if (auto state = args.value("save-session")) {
+    check(photon_session_save_file(session.get(), state->c_str()), "cannot save the session to " + *state);
+  }
 
   std::fputs("\n", stdout);
   const photon_stop_reason reason = photon_session_stop_reason(session.get());
@@ -271,6 +297,7 @@ int run_generate(const std::vector<std::string>& argv) {
 const Command kGenerateCommand = {
     "generate", "stream a completion of a prompt",
     "usage: photon generate -m M.photon (-p TEXT | --tokens 1,2,3) [options]\n"
+    "       photon generate -m M.photon --resume FILE [-p TEXT | --tokens IDS] [options]\n"
     "\n"
     "Streams the completion to stdout as it is generated (after the prompt text, with -p; with\n"
     "--tokens only the generated text). Ctrl-C stops generation cleanly (exit code 130).\n"
@@ -291,6 +318,10 @@ const Command kGenerateCommand = {
     "  --stop STR           stop once the generated text contains STR (repeatable)\n"
     "  --ctx N              session context length, at most the model's (default: the model's)\n"
     "  --ignore-eos         keep generating past the end-of-sequence token\n"
+    "  --save-session FILE  save the session's state at the end (resume it with --resume)\n"
+    "  --resume FILE        continue a saved session: its mode, context and sampler settings\n"
+    "                       apply, sampling flags given here override them; -p / --tokens add\n"
+    "                       more prompt first (no BOS)\n"
     "  --json               after the text, one JSON line: tokens, logprobs, stop_reason,\n"
     "                       prompt_tokens, mode\n",
     run_generate};

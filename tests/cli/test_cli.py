@@ -534,7 +534,31 @@ def group_interrupt():
     check(cancelled or "cancelled" in err, "a cancelled run says so: %s %s" % (out[-300:], err))
 
 
+def group_resume():
+    """-n 40 equals -n 20 --save-session followed by --resume -n 20, in every mode."""
+    sampling = ["--temperature", "0.8", "--seed", "42"]
+    for name, mode in [("photon-small", "hiergen"), ("photon-small", "recgen"), ("vanilla-small", "auto")]:
+        state = os.path.join(WORK, "resume-%s-%s.phss" % (name, mode))
+        common = ["--mode", mode, "-p", "In the beginning"] + sampling
+        _, whole = generate(*common, "-n", 40, path=model(name))
+        _, first = generate(*common, "-n", 20, "--save-session", state, path=model(name))
+        _, second = generate("--resume", state, "-n", 20, path=model(name))
+        check(whole.get("tokens") == first.get("tokens", []) + second.get("tokens", []),
+              "%s %s: resumed tokens differ from one run" % (name, mode))
+        check(len(whole.get("tokens", [])) == 40, "%s %s: expected 40 tokens" % (name, mode))
+        # Sampling flags override the saved settings; mode and context come from the state.
+        _, greedy = generate("--resume", state, "-n", 5, "--temperature", "0", path=model(name))
+        check(len(greedy.get("tokens", [])) == 5, "%s %s: override run" % (name, mode))
+        expect_failure(photon("generate", "-m", model(name), "--resume", state, "--mode", "hiergen"), 2,
+                       "generate", "--resume")
+        expect_failure(photon("generate", "-m", model("vanilla-small" if name != "vanilla-small" else "photon-small"),
+                              "--resume", state), 1, "generate", "different model")
+    expect_failure(photon("generate", "-m", model("photon-small"), "--resume", model("photon-small")), 1,
+                   "generate", "not a PHOTON session state")
+
+
 GROUPS = {
+    "resume": group_resume,
     "setup": group_setup, "usage": group_usage, "errors": group_errors,
     "inspect": group_inspect, "convert": group_convert, "score": group_score,
     "generate": group_generate, "interrupt": group_interrupt,
