@@ -106,8 +106,12 @@ class Archive {
     uint64_t count = le16(record + 10);
     uint64_t cd_size = le32(record + 12);
     uint64_t cd_offset = le32(record + 16);
-    if (end >= 20 && le32(at(end - 20, 20, "the ZIP64 locator")) == kZip64LocatorSignature) {
-      const uint64_t zip64_end = le64(at(end - 20, 20, "the ZIP64 locator") + 8);
+    // Saturated fields mean the real values are in the ZIP64 record the locator points to.
+    if (count == 0xffff || cd_size == 0xffffffff || cd_offset == 0xffffffff) {
+      const uint8_t* locator = at(end - std::min<uint64_t>(end, 20), 20, "the ZIP64 locator");
+      if (end < 20 || le32(locator) != kZip64LocatorSignature)
+        fail_archive(PHOTON_ERR_CORRUPT, "missing ZIP64 end of central directory locator");
+      const uint64_t zip64_end = le64(locator + 8);
       const uint8_t* r = at(zip64_end, 56, "the ZIP64 end of central directory record");
       if (le32(r) != kZip64EndSignature)
         fail_archive(PHOTON_ERR_CORRUPT, "bad ZIP64 end of central directory record");

@@ -68,7 +68,9 @@ TEST_P(RoundTrip, ValuesConfigAndLayoutSurvive) {
   WriteOptions options;
   options.dtype = dtype;
   options.metadata = {{"source", "unit test"}};
-  write_model_file(path, config, kTokenizer, ramp_tensors(config), options);
+  std::vector<WriteTensor> tensors = ramp_tensors(config);
+  std::reverse(tensors.begin(), tensors.end());  // any order is accepted
+  write_model_file(path, config, kTokenizer, tensors, options);
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 
   const auto file = ModelFile::open(path);
@@ -142,8 +144,10 @@ TEST(ModelFile, MetadataDefaultsAndOverrides) {
   ASSERT_EQ(created.size(), 20u) << created;
   for (size_t i = 0; i < created.size(); ++i) {
     const char expected = std::string("dddd-dd-ddTdd:dd:ddZ")[i];
-    if (expected == 'd') EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(created[i]))) << created;
-    else EXPECT_EQ(created[i], expected) << created;
+    if (expected == 'd')
+      EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(created[i]))) << created;
+    else
+      EXPECT_EQ(created[i], expected) << created;
   }
 
   options.metadata = {{"producer", "my trainer"}, {"created", "yesterday"}};
