@@ -49,7 +49,10 @@ void attention(const float* q, int heads, int kv_heads, int head_dim,
     max_keys = std::max(max_keys, segments[s].start + segments[s].rows);
   }
   const long tasks = static_cast<long>(rows.size()) * heads;
-#pragma omp parallel if (tasks > 8)
+  long work = 0;  // multiply-adds, to keep short windows on the calling thread
+  for (const AttentionSegment& seg : segments)
+    work += static_cast<long>(seg.rows) * (seg.start + (seg.rows + 1) / 2) * heads * head_dim;
+#pragma omp parallel if (work > (1 << 18))
   {
     std::vector<float> scores(max_keys);
 #pragma omp for schedule(dynamic, 4)

@@ -5,7 +5,7 @@
 namespace photon::cpu {
 
 void swiglu(float* gate, const float* up, size_t n) {
-#pragma omp parallel for if (n > 65536)
+#pragma omp parallel for if (n > (1 << 18))
   for (size_t i = 0; i < n; ++i) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];

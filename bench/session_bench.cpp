@@ -1,0 +1,134 @@
+// Session benchmarks on the public API (issue 3):
+//   photon_session_bench throughput DIR   batched decode throughput at 1, 4, 16, 64 sessions
+//   photon_session_bench state DIR        saved-state bytes against context length
+// DIR receives the random-weight models (photon-small, vanilla-small). Prints markdown tables.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "photon.h"
+
+namespace {
+
+[[noreturn]] void die(const char* what) {
+  std::fprintf(stderr, "photon_session_bench: %s: %s\n", what, photon_last_error());
+  std::exit(1);
+}
+
+void ok(photon_status status, const char* what) {
+  if (status != PHOTON_OK) die(what);
+}
+
+photon_model* make_model(const std::string& dir, const char* preset) {
+  const std::string path = dir + "/" + preset + ".photon";
+  std::vector<char> json(4096);
+  size_t len = 0;
+  ok(photon_preset_config(preset, json.data(), json.size(), &len), "preset");
+  photon_write_options* w = nullptr;
+  ok(photon_write_options_create(&w), "write options");
+  photon_write_options_set_seed(w, 1);
+  if (FILE* f = std::fopen(path.c_str(), "rb")) std::fclose(f);
+  else ok(photon_model_init_random(json.data(), path.c_str(), w), "init");
+  photon_write_options_free(w);
+  photon_model* m = nullptr;
+  ok(photon_model_load(path.c_str(), nullptr, &m), "load");
+  return m;
+}
+
+std::vector<int32_t> random_prompt(int n, uint32_t seed, int vocab) {
+  std::vector<int32_t> p{1};
+  for (int i = 1; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    p.push_back(3 + static_cast<int32_t>((seed >> 8) % static_cast<uint32_t>(vocab - 3)));
+  }
+  return p;
+}
+
+photon_session* new_session(photon_model* m, photon_mode mode) {
+  photon_session_options* o = nullptr;
+  ok(photon_session_options_create(&o), "options");
+  photon_session_options_set_mode(o, mode);
+  photon_session_options_set_ignore_eos(o, 1);
+  photon_session_options_set_temperature(o, 0.8f);
+  photon_session_options_set_context_length(o, 4096);
+  photon_session* s = nullptr;
+  ok(photon_session_create(m, o, &s), "session");
+  photon_session_options_free(o);
+  return s;
+}
+
+void throughput(const std::string& dir) {
+  photon_model* photon = make_model(dir, "photon-small");
+  photon_model* vanilla = make_model(dir, "vanilla-small");
+  struct Row {
+    const char* name;
+    photon_model* model;
+    photon_mode mode;
+  } rows[] = {{"photon-small RecGen", photon, PHOTON_MODE_RECGEN},
+              {"photon-small HierGen", photon, PHOTON_MODE_HIERGEN},
+              {"vanilla-small", vanilla, PHOTON_MODE_AUTO}};
+  const int kPrompt = 128, kGenerate = 128;
+  std::printf("| model / mode | sessions | generated tokens | decode s | tok/s |\n|---|---|---|---|---|\n");
+  for (const Row& row : rows) {
+    for (int n : {1, 4, 16, 64}) {
+      std::vector<photon_session*> sessions;
+      for (int i = 0; i < n; ++i) {
+        sessions.push_back(new_session(row.model, row.mode));
+        const auto p = random_prompt(kPrompt + i % 7, 77 + i, photon_model_vocab_size(row.model));
+        ok(photon_session_prefill(sessions.back(), p.data(), p.size()), "prefill");
+      }
+      std::vector<int32_t> counts(n);
+      const auto start = std::chrono::steady_clock::now();
+      ok(photon_session_generate_batch(sessions.data(), sessions.size(), kGenerate, nullptr, nullptr, counts.data()),
+         "generate_batch");
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      long total = 0;
+      for (int c : counts) total += c;
+      std::printf("| %s | %d | %ld | %.3f | %.0f |\n", row.name, n, total, seconds, total / seconds);
+      std::fflush(stdout);
+      for (photon_session* s : sessions) photon_session_free(s);
+    }
+  }
+  photon_model_free(photon);
+  photon_model_free(vanilla);
+}
+
+void state_sizes(const std::string& dir) {
+  photon_model* photon = make_model(dir, "photon-small");
+  photon_model* vanilla = make_model(dir, "vanilla-small");
+  std::printf("| context tokens | photon RecGen state | photon HierGen state | vanilla state | RecGen top-level KV |\n"
+              "|---|---|---|---|---|\n");
+  for (int n : {256, 1024, 4096}) {
+    size_t bytes[3];
+    uint64_t top_kv = 0;
+    const photon_model* models[] = {photon, photon, vanilla};
+    const photon_mode modes[] = {PHOTON_MODE_RECGEN, PHOTON_MODE_HIERGEN, PHOTON_MODE_AUTO};
+    for (int k = 0; k < 3; ++k) {
+      photon_session* s = new_session(const_cast<photon_model*>(models[k]), modes[k]);
+      const auto p = random_prompt(n - 16, 5, 4096);
+      ok(photon_session_prefill(s, p.data(), p.size()), "prefill");
+      ok(photon_session_generate(s, 16, nullptr, nullptr, nullptr), "generate");
+      ok(photon_session_save(s, nullptr, 0, &bytes[k]) == PHOTON_ERR_BUFFER_TOO_SMALL ? PHOTON_OK : PHOTON_ERR_INTERNAL,
+         "size query");
+      if (k == 0) ok(photon_session_kv_bytes(s, 2, &top_kv, nullptr), "kv bytes");
+      photon_session_free(s);
+    }
+    std::printf("| %d | %.1f KiB | %.1f KiB | %.1f KiB | %.1f KiB |\n", n, bytes[0] / 1024.0, bytes[1] / 1024.0,
+                bytes[2] / 1024.0, top_kv / 1024.0);
+  }
+  photon_model_free(photon);
+  photon_model_free(vanilla);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3 || (std::string(argv[1]) != "throughput" && std::string(argv[1]) != "state")) {
+    std::fprintf(stderr, "usage: photon_session_bench (throughput | state) DIR\n");
+    return 2;
+  }
+  if (std::string(argv[1]) == "throughput") throughput(argv[2]);
+  else state_sizes(argv[2]);
+  return 0;
+}
