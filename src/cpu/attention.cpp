@@ -52,7 +52,7 @@ void attention(const float* q, int heads, int kv_heads, int head_dim,
   long work = 0;  // multiply-adds, to keep short windows on the calling thread
   for (const AttentionSegment& seg : segments)
     work += static_cast<long>(seg.rows) * (seg.start + (seg.rows + 1) / 2) * heads * head_dim;
-#pragma omp parallel if (work > (1 << 18))
+#pragma omp parallel if (work > (1 << 21))
   {
     std::vector<float> scores(max_keys);
 #pragma omp for schedule(dynamic, 4)
