@@ -373,7 +373,10 @@ PHOTON_API photon_mode photon_session_mode(const photon_session *session);
  * The first prefill of a session normally starts with BOS (photon_model_tokenize with add_bos).
  * Fails with PHOTON_ERR_BAD_TOKEN, PHOTON_ERR_CONTEXT_FULL (the session is then unchanged),
  * PHOTON_ERR_CANCELLED, or PHOTON_ERR_UNSUPPORTED for a RecGen session that has already generated
- * (RecGen conditions on its own reconstructions; more prompt needs a new session). */
+ * (RecGen conditions on its own reconstructions; more prompt needs a new session). Long prompts are
+ * consumed in slices of 512 tokens; photon_session_cancel stops between slices: a HierGen or vanilla
+ * session keeps the slices consumed so far (photon_session_position tells how many), a RecGen
+ * session keeps its state from before the call. */
 PHOTON_API photon_status photon_session_prefill(photon_session *session, const int32_t *tokens,
                                                 size_t n_tokens);
 

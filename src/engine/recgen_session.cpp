@@ -37,16 +37,23 @@ void RecGenSession::prefill(std::span<const int32_t> tokens) {
   if (tokens.empty()) return;
   // RecGen keeps no encoder cache below the top, so a prompt (also one extended by a second
   // prefill) is encoded in full once with temporary lower caches, which are then dropped.
-  history_.insert(history_.end(), tokens.begin(), tokens.end());
+  std::vector<int32_t> prompt = history_;
+  prompt.insert(prompt.end(), tokens.begin(), tokens.end());
   const ModelConfig& c = model_.config();
   const int L = c.num_levels();
-  const int64_t n = static_cast<int64_t>(history_.size());
+  const int64_t n = static_cast<int64_t>(prompt.size());
   std::vector<int> caps;
   for (int l = 1; l < L; ++l) caps.push_back(static_cast<int>(n / c.block_tokens(l)));
   caps.push_back(top_.capacity);
   HierState st;
   st.allocate(model_, caps);
-  hier_append(model_, st, history_, history_, scratch_);
+  const std::span<const int32_t> all(prompt);
+  for (size_t at = 0; at < prompt.size(); at += kPrefillSlice) {
+    check_cancel();  // nothing of this session has changed yet
+    const size_t end = std::min(prompt.size(), at + kPrefillSlice);
+    hier_append(model_, st, all.subspan(at, end - at), all.first(end), scratch_);
+  }
+  history_ = std::move(prompt);
   build_from(st);
 }
 

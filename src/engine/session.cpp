@@ -1,5 +1,6 @@
 #include "engine/session.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/sessions.h"
@@ -59,8 +60,12 @@ void HierGenSession::sync_group(std::span<Session* const> group) {
 void HierGenSession::prefill(std::span<const int32_t> tokens) {
   Session* self = this;
   sync_group({&self, 1});
-  history_.insert(history_.end(), tokens.begin(), tokens.end());
-  hier_append(model_, state_, tokens, history_, scratch_);
+  for (size_t at = 0; at < tokens.size(); at += kPrefillSlice) {
+    check_cancel();
+    const auto slice = tokens.subspan(at, std::min(kPrefillSlice, tokens.size() - at));
+    history_.insert(history_.end(), slice.begin(), slice.end());
+    hier_append(model_, state_, slice, history_, scratch_);
+  }
 }
 
 void HierGenSession::lanes(int64_t limit, bool, std::vector<Lane>& out) {
@@ -109,9 +114,13 @@ void VanillaSession::sync_group(std::span<Session* const> group) {
 }
 
 void VanillaSession::prefill(std::span<const int32_t> tokens) {
-  history_.insert(history_.end(), tokens.begin(), tokens.end());
   Session* self = this;
-  sync_group({&self, 1});
+  for (size_t at = 0; at < tokens.size(); at += kPrefillSlice) {
+    check_cancel();
+    const auto slice = tokens.subspan(at, std::min(kPrefillSlice, tokens.size() - at));
+    history_.insert(history_.end(), slice.begin(), slice.end());
+    sync_group({&self, 1});
+  }
 }
 
 void VanillaSession::lanes(int64_t limit, bool, std::vector<Lane>& out) {

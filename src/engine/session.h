@@ -35,8 +35,11 @@ class Session {
   int context_length() const { return context_; }
   const std::vector<int32_t>& history() const { return history_; }
 
-  // Consumes tokens after the history, in parallel.
+  // Consumes tokens after the history, in parallel, in slices of kPrefillSlice tokens between which
+  // a cancellation request is honoured (Error PHOTON_ERR_CANCELLED): HierGen and vanilla then keep
+  // the slices consumed so far, RecGen keeps its state from before the call.
   virtual void prefill(std::span<const int32_t> tokens) = 0;
+  static constexpr size_t kPrefillSlice = 512;
   // Brings the caches of `group` (sessions of this session's type and model, this one among them)
   // up to date with their histories, batching the work across them.
   virtual void sync_group(std::span<Session* const> group) = 0;
@@ -57,6 +60,12 @@ class Session {
   virtual KvBytes kv_bytes(int level) const = 0;
 
   std::atomic<bool> cancel_requested{false};
+
+ protected:
+  void check_cancel() const {
+    if (cancel_requested.load(std::memory_order_relaxed))
+      fail(PHOTON_ERR_CANCELLED, "cancelled by photon_session_cancel");
+  }
 
  protected:
   friend class SessionCodec;

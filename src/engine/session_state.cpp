@@ -1,5 +1,6 @@
 #include "engine/session_state.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -280,9 +281,18 @@ RestoredSession SessionCodec::restore(const Model& model, std::span<const uint8_
                  "the plan of level " + std::to_string(l));
     }
     expect(st->group() && st->group()->size() == r->group_.size(), "the level-1 windows are missing");
-    for (size_t j = 0; j < r->group_.size(); ++j)
-      get_window(st->group()->Get(static_cast<flatbuffers::uoffset_t>(j)), r->group_[j],
-                 "level-1 window " + std::to_string(j));
+    const int c1 = c.level(1).chunk_len;
+    for (size_t j = 0; j < r->group_.size(); ++j) {
+      const Window& w = r->group_[j];
+      const std::string name = "level-1 window " + std::to_string(j);
+      get_window(st->group()->Get(static_cast<flatbuffers::uoffset_t>(j)), r->group_[j], name);
+      // Saving rolls every window back to the history; an unfinished one predicts from its last output.
+      const int64_t start = r->group_start_ + static_cast<int64_t>(j) * c1;
+      expect(w.consumed == std::clamp<int64_t>(n - start, 0, c1) &&
+                 (w.n_outputs == std::min(w.consumed, c1 - 1) + 1 || (w.n_outputs == 0 && w.consumed == c1)),
+             name + " does not match the history");
+    }
+    expect(r->has_top_ == (r->group_start_ >= c.block_tokens(L)), "the top-level flag does not match the history");
     r->generated_ = st->generated();
   } else {
     auto& v = dynamic_cast<VanillaSession&>(s);
