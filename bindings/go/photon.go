@@ -1,0 +1,217 @@
+// Package photon runs PHOTON language models: load a Model, open Sessions on it, stream tokens
+// through a callback (Generate) or an iterator (Tokens), and save / restore session state.
+//
+// Models and sessions hold native memory: Close releases it at once (a finalizer is the
+// fallback). A session keeps its model's native part alive, so the two may be closed in any order.
+// A Session must be used by one goroutine at a time, except Cancel.
+package photon
+
+import (
+	"errors"
+	"runtime"
+	"strconv"
+
+	"photon/internal/native"
+)
+
+// Error is a failed PHOTON call.
+type Error struct {
+	Status     int    // the photon_status code, e.g. 3 for PHOTON_ERR_IO
+	StatusName string // its symbolic name, e.g. "PHOTON_ERR_IO"
+	Message    string // the library's message, which names the offending input
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// ErrClosed is returned by calls on a closed Model or Session.
+var ErrClosed = errors.New("photon: use of a closed model or session")
+
+// ErrStop, returned by a Generate callback, stops generation without an error.
+var ErrStop = errors.New("photon: stop generation")
+
+// Mode is how a session decodes (photon_mode).
+type Mode int
+
+const (
+	ModeAuto    Mode = iota // RecGen for PHOTON with two levels or more, else HierGen
+	ModeHierGen             // encoder-consistent decoding, KV caches at every level
+	ModeRecGen              // recursive generation, only the top level's KV cache
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeAuto:
+		return "auto"
+	case ModeHierGen:
+		return "hiergen"
+	case ModeRecGen:
+		return "recgen"
+	}
+	return "Mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// StopReason says why the last generation stopped (photon_stop_reason).
+type StopReason int
+
+const (
+	StopNone        StopReason = iota // nothing has been generated yet
+	StopLength                        // the token budget was reached
+	StopEOS                           // the model produced its end-of-sequence token
+	StopString                        // the text produced a configured stop string
+	StopCallback                      // the callback asked to stop
+	StopCancelled                     // Cancel was called
+	StopContextFull                   // the session's context is full
+)
+
+func (r StopReason) String() string {
+	names := [...]string{
+		"none", "length", "eos", "stop string", "callback", "cancelled", "context full",
+	}
+	if r >= 0 && int(r) < len(names) {
+		return names[r]
+	}
+	return "StopReason(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Token is a generated token: its id, its UTF-8-complete text piece (empty while a character is
+// split across tokens) and log p(token) under the model's unmodified distribution.
+type Token struct {
+	ID      int32
+	Piece   string
+	Logprob float32
+}
+
+// Version is the native library's version, "MAJOR.MINOR.PATCH".
+func Version() string { return native.ModelVersion() }
+
+// call runs f on a locked OS thread and returns the error the native layer recorded there.
+func call(f func()) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	f()
+	if status := native.LastStatus(); status != 0 {
+		return &Error{Status: status, StatusName: native.LastStatusName(), Message: native.LastMessage()}
+	}
+	return nil
+}
+
+// Model is a loaded, immutable model file; safe for concurrent use until Close.
+type Model struct {
+	native native.Model // nil once closed
+}
+
+// Load loads and verifies a .photon model file.
+func Load(path string) (*Model, error) {
+	var loaded native.Model
+	if err := call(func() { loaded = native.NewModel(path) }); err != nil {
+		return nil, err
+	}
+	m := &Model{native: loaded}
+	runtime.SetFinalizer(m, (*Model).Close)
+	return m, nil
+}
+
+// Close releases the model (its native part goes once its sessions are closed too). Idempotent.
+func (m *Model) Close() error {
+	if m.native != nil {
+		native.DeleteModel(m.native)
+		m.native = nil
+		runtime.SetFinalizer(m, nil)
+	}
+	return nil
+}
+
+// modelValue returns get's value, or the zero value once the model is closed.
+func modelValue[T any](m *Model, get func(native.Model) T) (value T) {
+	if m.native != nil {
+		value = get(m.native)
+		runtime.KeepAlive(m)
+	}
+	return value
+}
+
+// Arch is "photon" or "vanilla".
+func (m *Model) Arch() string { return modelValue(m, native.Model.Arch) }
+
+// Levels is the number of PHOTON levels (0 for vanilla).
+func (m *Model) Levels() int { return modelValue(m, native.Model.Levels) }
+
+// ParameterCount is the exact number of parameters.
+func (m *Model) ParameterCount() uint64 { return modelValue(m, native.Model.ParameterCount) }
+
+// VocabSize is the vocabulary size.
+func (m *Model) VocabSize() int { return modelValue(m, native.Model.VocabSize) }
+
+// ContextLength is the longest token sequence the model was configured for.
+func (m *Model) ContextLength() int { return modelValue(m, native.Model.ContextLength) }
+
+// BOS is the id of the beginning-of-sequence token, -1 if none.
+func (m *Model) BOS() int { return modelValue(m, native.Model.Bos) }
+
+// EOS is the id of the end-of-sequence token, -1 if none.
+func (m *Model) EOS() int { return modelValue(m, native.Model.Eos) }
+
+// ConfigJSON is the model's configuration as JSON.
+func (m *Model) ConfigJSON() string { return modelValue(m, native.Model.ConfigJson) }
+
+// Tokenize splits UTF-8 text into token ids, with BOS first when addBOS is set.
+func (m *Model) Tokenize(text string, addBOS bool) ([]int32, error) {
+	if m.native == nil {
+		return nil, ErrClosed
+	}
+	defer runtime.KeepAlive(m)
+	var ids []int32
+	err := call(func() { ids = m.native.Tokenize(text, addBOS) })
+	return ids, err
+}
+
+// Detokenize turns token ids back into text.
+func (m *Model) Detokenize(ids []int32) (string, error) {
+	if m.native == nil {
+		return "", ErrClosed
+	}
+	defer runtime.KeepAlive(m)
+	var text string
+	err := call(func() { text = m.native.Detokenize(ids) })
+	return text, err
+}
+
+// NewSession opens a generation session; options may be nil for the defaults.
+func (m *Model) NewSession(options *SessionOptions) (*Session, error) {
+	if m.native == nil {
+		return nil, ErrClosed
+	}
+	defer runtime.KeepAlive(m)
+	settings, err := options.build()
+	if err != nil {
+		return nil, err
+	}
+	defer native.DeleteSessionOptions(settings)
+	var created native.Session
+	if err := call(func() { created = native.NewSession(m.native, settings) }); err != nil {
+		return nil, err
+	}
+	return newSession(created), nil
+}
+
+// RestoreSession creates a session from the bytes of Session.Save (made by any PHOTON binding).
+func (m *Model) RestoreSession(state []byte) (*Session, error) {
+	return m.restore(func() native.Session { return native.SessionRestore(m.native, state) })
+}
+
+// RestoreSessionFile creates a session from a file written by Session.SaveFile.
+func (m *Model) RestoreSessionFile(path string) (*Session, error) {
+	return m.restore(func() native.Session { return native.SessionRestoreFile(m.native, path) })
+}
+
+func (m *Model) restore(restore func() native.Session) (*Session, error) {
+	if m.native == nil {
+		return nil, ErrClosed
+	}
+	defer runtime.KeepAlive(m)
+	var restored native.Session
+	if err := call(func() { restored = restore() }); err != nil {
+		return nil, err
+	}
+	return newSession(restored), nil
+}

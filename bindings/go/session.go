@@ -1,0 +1,332 @@
+package photon
+
+import (
+	"errors"
+	"runtime"
+
+	"photon/internal/native"
+)
+
+// SessionOptions are the settings of a session. The zero value holds the defaults: mode Auto,
+// the model's context length, seed 0, greedy decoding, no top-k / top-p / min-p / repetition
+// penalty, stop at EOS, no stop strings.
+type SessionOptions struct {
+	Mode              Mode
+	ContextLength     int     // tokens the session holds at most; 0: the model's
+	Seed              uint64  // seed of the sampler's random generator
+	Temperature       float32 // 0: greedy (argmax)
+	TopK              int     // 0: off
+	TopP              float32 // in (0, 1]; 0 or 1: off
+	MinP              float32 // in [0, 1); 0: off
+	RepetitionPenalty float32 // >= 1; 0 or 1: off
+	RepetitionLastN   int     // tokens the penalty looks back over; 0: 64
+	IgnoreEOS         bool    // do not stop at the end-of-sequence token
+	StopStrings       []string
+}
+
+// build makes the native options; o may be nil.
+func (o *SessionOptions) build() (settings native.SessionOptions, err error) {
+	err = call(func() {
+		settings = native.NewSessionOptions()
+		if o == nil || native.LastStatus() != 0 {
+			return
+		}
+		steps := []func(){
+			func() { settings.SetMode(native.PhotonMode(o.Mode)) },
+			func() { settings.SetContextLength(o.ContextLength) },
+			func() { settings.SetSeed(o.Seed) },
+			func() { settings.SetTemperature(o.Temperature) },
+			func() { settings.SetTopK(o.TopK) },
+			func() {
+				if o.TopP != 0 {
+					settings.SetTopP(o.TopP)
+				}
+			},
+			func() { settings.SetMinP(o.MinP) },
+			func() {
+				if o.RepetitionPenalty != 0 {
+					lastN := o.RepetitionLastN
+					if lastN == 0 {
+						lastN = 64
+					}
+					settings.SetRepetitionPenalty(o.RepetitionPenalty, lastN)
+				}
+			},
+			func() { settings.SetIgnoreEos(o.IgnoreEOS) },
+		}
+		for _, stop := range o.StopStrings {
+			stop := stop
+			steps = append(steps, func() { settings.AddStopString(stop) })
+		}
+		for _, step := range steps {
+			if step(); native.LastStatus() != 0 {
+				return
+			}
+		}
+	})
+	if err != nil && settings != nil {
+		native.DeleteSessionOptions(settings)
+	}
+	return settings, err
+}
+
+// Session is one generation stream over a model.
+type Session struct {
+	native native.Session // nil once closed
+}
+
+func newSession(created native.Session) *Session {
+	s := &Session{native: created}
+	runtime.SetFinalizer(s, (*Session).Close)
+	return s
+}
+
+// Close releases the session. Idempotent.
+func (s *Session) Close() error {
+	if s.native != nil {
+		native.DeleteSession(s.native)
+		s.native = nil
+		runtime.SetFinalizer(s, nil)
+	}
+	return nil
+}
+
+// Mode is the mode the session runs in (Auto resolved).
+func (s *Session) Mode() Mode {
+	if s.native == nil {
+		return ModeAuto
+	}
+	defer runtime.KeepAlive(s)
+	return Mode(s.native.Mode())
+}
+
+// StopReason says why the last generation stopped.
+func (s *Session) StopReason() StopReason {
+	if s.native == nil {
+		return StopNone
+	}
+	defer runtime.KeepAlive(s)
+	return StopReason(s.native.StopReason())
+}
+
+// Position is the number of tokens the session holds.
+func (s *Session) Position() int {
+	if s.native == nil {
+		return 0
+	}
+	defer runtime.KeepAlive(s)
+	return s.native.Position()
+}
+
+// run calls f on the open native session.
+func (s *Session) run(f func(native.Session)) error {
+	if s.native == nil {
+		return ErrClosed
+	}
+	defer runtime.KeepAlive(s)
+	return call(func() { f(s.native) })
+}
+
+// History returns the token ids the session holds: prompt and generated.
+func (s *Session) History() (ids []int32, err error) {
+	err = s.run(func(n native.Session) { ids = n.History() })
+	return ids, err
+}
+
+// Prefill consumes token ids (the first prefill normally starts with BOS).
+func (s *Session) Prefill(ids []int32) error {
+	return s.run(func(n native.Session) { n.PrefillTokens(ids) })
+}
+
+// PrefillText tokenizes text (BOS first when the session is empty) and consumes it.
+func (s *Session) PrefillText(text string) error {
+	return s.run(func(n native.Session) { n.PrefillText(text) })
+}
+
+// Cancel asks a running Generate to stop; safe from any goroutine.
+func (s *Session) Cancel() {
+	if native := s.native; native != nil {
+		native.Cancel()
+		runtime.KeepAlive(s)
+	}
+}
+
+// SetSampler replaces the sampler settings (everything but mode and context length).
+func (s *Session) SetSampler(options SessionOptions) error {
+	settings, err := options.build()
+	if err != nil {
+		return err
+	}
+	defer native.DeleteSessionOptions(settings)
+	return s.run(func(n native.Session) { n.SetSampler(settings) })
+}
+
+// Save serializes the session's complete state; Model.RestoreSession continues from it.
+func (s *Session) Save() (state []byte, err error) {
+	err = s.run(func(n native.Session) { state = n.Save() })
+	return state, err
+}
+
+// SaveFile writes the session's state to a file.
+func (s *Session) SaveFile(path string) error {
+	return s.run(func(n native.Session) { n.SaveFile(path) })
+}
+
+// Generate produces up to maxTokens tokens, passing each to onToken (which may be nil), and
+// returns how many were delivered. onToken returns nil to go on, ErrStop to stop, or another error
+// to stop and have Generate return it. A panic in onToken stops generation and is re-raised here.
+func (s *Session) Generate(maxTokens int, onToken func(Token) error) (int, error) {
+	generated := 0
+	if onToken == nil {
+		err := s.run(func(n native.Session) { generated = n.GenerateQuietly(maxTokens) })
+		return generated, err
+	}
+	listener := &tokenListener{onToken: onToken}
+	director := native.NewDirectorTokenListener(listener)
+	defer native.DeleteDirectorTokenListener(director)
+	err := s.run(func(n native.Session) { generated = n.GenerateWithListener(maxTokens, director) })
+	if listener.panicked {
+		panic(listener.panicValue)
+	}
+	if listener.err != nil {
+		return generated, listener.err
+	}
+	return generated, err
+}
+
+// tokenListener is the Go side of the SWIG director that receives generate's tokens.
+type tokenListener struct {
+	onToken    func(Token) error
+	err        error
+	panicked   bool
+	panicValue interface{}
+}
+
+func (l *tokenListener) OnToken(token int, piece string, logprob float32) (keepGoing bool) {
+	defer func() {
+		if value := recover(); value != nil {
+			l.panicked, l.panicValue, keepGoing = true, value, false
+		}
+	}()
+	if err := l.onToken(Token{ID: int32(token), Piece: piece, Logprob: logprob}); err != nil {
+		if !errors.Is(err, ErrStop) {
+			l.err = err
+		}
+		return false
+	}
+	return true
+}
+
+// GenerateBatch advances sessions of one model together, each by up to maxTokens tokens, with
+// their matrix products batched; each produces exactly the tokens Generate would have. onToken
+// (may be nil) receives each token with its session's index in sessions and returns as for
+// Generate, for that session: ErrStop stops it; another error or a panic stops them all and is
+// returned or re-raised. The result holds how many tokens each session delivered.
+func GenerateBatch(
+	sessions []*Session, maxTokens int, onToken func(int, Token) error,
+) ([]int, error) {
+	vector := native.NewSessionVector()
+	defer native.DeleteSessionVector(vector)
+	for _, session := range sessions {
+		if session.native == nil {
+			return nil, ErrClosed
+		}
+		vector.Add(session.native)
+	}
+	defer runtime.KeepAlive(sessions)
+	var generated []int32
+	var err error
+	if onToken == nil {
+		err = call(func() { generated = native.SessionGenerateBatchQuietly(vector, maxTokens) })
+	} else {
+		listener := &batchListener{onToken: onToken}
+		director := native.NewDirectorBatchListener(listener)
+		defer native.DeleteDirectorBatchListener(director)
+		err = call(func() {
+			generated = native.SessionGenerateBatchWithListener(vector, maxTokens, director)
+		})
+		if listener.panicked {
+			panic(listener.panicValue)
+		}
+		if listener.err != nil {
+			err = listener.err
+		}
+	}
+	counts := make([]int, len(generated))
+	for i, n := range generated {
+		counts[i] = int(n)
+	}
+	return counts, err
+}
+
+// batchListener is the Go side of the SWIG director that receives a batch's tokens.
+type batchListener struct {
+	onToken    func(int, Token) error
+	err        error
+	panicked   bool
+	panicValue interface{}
+}
+
+func (l *batchListener) OnToken(index int, token int, piece string, logprob float32) (keep bool) {
+	if l.err != nil || l.panicked { // one failed: stop the others too
+		return false
+	}
+	defer func() {
+		if value := recover(); value != nil {
+			l.panicked, l.panicValue, keep = true, value, false
+		}
+	}()
+	if err := l.onToken(index, Token{ID: int32(token), Piece: piece, Logprob: logprob}); err != nil {
+		if !errors.Is(err, ErrStop) {
+			l.err = err
+		}
+		return false
+	}
+	return true
+}
+
+// Tokens returns an iterator over the next tokens (at most maxTokens), each generated when Next
+// asks for it:
+//
+//	tokens := session.Tokens(64)
+//	for tokens.Next() {
+//		fmt.Print(tokens.Token().Piece)
+//	}
+//	if err := tokens.Err(); err != nil { ... }
+func (s *Session) Tokens(maxTokens int) *TokenIterator {
+	return &TokenIterator{session: s, remaining: maxTokens}
+}
+
+// TokenIterator pulls tokens from a session one at a time.
+type TokenIterator struct {
+	session   *Session
+	remaining int
+	token     Token
+	err       error
+}
+
+// Next generates the next token; false once the budget is spent, generation stopped (see
+// Session.StopReason) or an error occurred (see Err).
+func (it *TokenIterator) Next() bool {
+	if it.err != nil || it.remaining <= 0 {
+		return false
+	}
+	id := -1
+	it.err = it.session.run(func(n native.Session) {
+		if id = n.NextToken(); id >= 0 {
+			it.token = Token{ID: int32(id), Piece: n.LastPiece(), Logprob: n.LastLogprob()}
+		}
+	})
+	if it.err != nil || id < 0 {
+		it.remaining = 0
+		return false
+	}
+	it.remaining--
+	return true
+}
+
+// Token is the token the last successful Next produced.
+func (it *TokenIterator) Token() Token { return it.token }
+
+// Err is the error that ended the iteration, if any.
+func (it *TokenIterator) Err() error { return it.err }

@@ -1,0 +1,317 @@
+/* photon_java.i -- the Java binding: package com.photon, loaded from its jar by NativeLoader. */
+%module(directors="1") PhotonNative
+
+/* Included before the typemaps below replace some of its own. */
+%include <std_string.i>
+/* Mode and StopReason as Java enums. */
+%include <enums.swg>
+
+%pragma(java) moduleclassmodifiers="final class"
+%pragma(java) jniclassclassmodifiers="final class"
+%pragma(java) jniclasscode=%{
+  static {
+    NativeLoader.load();
+  }
+%}
+
+%{
+#include "photon_binding.hpp"
+
+/* Java strings cross as real UTF-8 (String.getBytes / new String(bytes, UTF_8)): JNI's own
+ * "modified UTF-8" differs for NUL and for characters outside the BMP. */
+struct PhotonJavaStrings {
+  jclass string_class;  /* global references, made once */
+  jobject utf8;
+  jmethodID from_bytes;
+  jmethodID to_bytes;
+};
+
+/* nullptr, with a Java exception pending, if the JVM lacks what every JVM has. */
+static const PhotonJavaStrings *photon_java_strings(JNIEnv *jenv) {
+  static const PhotonJavaStrings strings = [jenv] {
+    PhotonJavaStrings found{};
+    jclass string_class = jenv->FindClass("java/lang/String");
+    jclass charsets = string_class ? jenv->FindClass("java/nio/charset/StandardCharsets") : nullptr;
+    jfieldID utf8 = nullptr;
+    if (charsets) utf8 = jenv->GetStaticFieldID(charsets, "UTF_8", "Ljava/nio/charset/Charset;");
+    if (utf8) {
+      found.from_bytes =
+          jenv->GetMethodID(string_class, "<init>", "([BLjava/nio/charset/Charset;)V");
+    }
+    if (found.from_bytes) {
+      found.to_bytes =
+          jenv->GetMethodID(string_class, "getBytes", "(Ljava/nio/charset/Charset;)[B");
+    }
+    if (found.to_bytes) {
+      jobject charset = jenv->GetStaticObjectField(charsets, utf8);
+      found.string_class = static_cast<jclass>(jenv->NewGlobalRef(string_class));
+      found.utf8 = jenv->NewGlobalRef(charset);
+      jenv->DeleteLocalRef(charset);
+    }
+    jenv->DeleteLocalRef(charsets);
+    jenv->DeleteLocalRef(string_class);
+    return found;
+  }();
+  return strings.utf8 ? &strings : nullptr;
+}
+
+static jstring photon_java_string(JNIEnv *jenv, const std::string &text) {
+  const PhotonJavaStrings *strings = photon_java_strings(jenv);
+  jbyteArray bytes = strings ? jenv->NewByteArray(static_cast<jsize>(text.size())) : nullptr;
+  if (!bytes) return nullptr;
+  jenv->SetByteArrayRegion(bytes, 0, static_cast<jsize>(text.size()),
+                           reinterpret_cast<const jbyte *>(text.data()));
+  jobject result =
+      jenv->NewObject(strings->string_class, strings->from_bytes, bytes, strings->utf8);
+  jenv->DeleteLocalRef(bytes);
+  return static_cast<jstring>(result);
+}
+
+/* False (with a Java exception pending) on failure. */
+static bool photon_java_utf8(JNIEnv *jenv, jstring text, std::string &out) {
+  if (!text) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaNullPointerException, "null string");
+    return false;
+  }
+  const PhotonJavaStrings *strings = photon_java_strings(jenv);
+  jbyteArray bytes = strings ? static_cast<jbyteArray>(
+                                   jenv->CallObjectMethod(text, strings->to_bytes, strings->utf8))
+                             : nullptr;
+  if (!bytes) return false;
+  out.resize(static_cast<size_t>(jenv->GetArrayLength(bytes)));
+  jenv->GetByteArrayRegion(bytes, 0, static_cast<jsize>(out.size()),
+                           reinterpret_cast<jbyte *>(&out[0]));
+  jenv->DeleteLocalRef(bytes);
+  return true;
+}
+
+/* Raises com.photon.PhotonException(status, statusName, message). */
+static void photon_java_throw(JNIEnv *jenv, const photon::PhotonError &error) {
+  jclass cls = jenv->FindClass("com/photon/PhotonException");
+  if (!cls) return;  /* NoClassDefFoundError is pending */
+  jmethodID init = jenv->GetMethodID(cls, "<init>", "(ILjava/lang/String;Ljava/lang/String;)V");
+  jstring name = photon_java_string(jenv, error.status_name());
+  jstring message = photon_java_string(jenv, error.what());
+  if (init && name && message) {
+    jobject exception =
+        jenv->NewObject(cls, init, static_cast<jint>(error.status()), name, message);
+    if (exception) jenv->Throw(static_cast<jthrowable>(exception));
+  }
+}
+%}
+
+/* Errors: PhotonException for a failed call; an exception thrown by a TokenCallback reaches the
+ * caller of generate() as itself. */
+%exception {
+  try {
+    $action
+  } catch (const photon::PhotonError &e) {
+    photon_java_throw(jenv, e);
+    return $null;
+  } catch (Swig::DirectorException &e) {
+    e.throwException(jenv);
+    return $null;
+  } catch (const std::exception &e) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaRuntimeException, e.what());
+    return $null;
+  }
+}
+
+%define PHOTON_CLOSED_CHECK(TYPE, WHAT)
+%typemap(check) TYPE *self %{
+  if (!$1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "photon: the " WHAT " is closed");
+    return $null;
+  }
+%}
+/* close() releases the native object now (AutoCloseable); the finalizer is the fallback.
+ * SWIG's delete() becomes private, so close() is the one way to release. */
+%typemap(javainterfaces) TYPE "AutoCloseable"
+%typemap(javadestruct, methodname="delete", methodmodifiers="private synchronized") TYPE {
+    if (swigCPtr != 0) {
+      if (swigCMemOwn) {
+        swigCMemOwn = false;
+        $jnicall;
+      }
+      swigCPtr = 0;
+    }
+  }
+%typemap(javafinalize) TYPE %{
+  @SuppressWarnings("deprecation")
+  protected void finalize() {
+    delete();
+  }
+
+  /** Releases the native object; later calls throw IllegalStateException. Idempotent. */
+  @Override
+  public void close() {
+    delete();
+  }
+%}
+%enddef
+
+/* std::string as UTF-8 both ways. */
+%typemap(in) std::string %{
+  if (!photon_java_utf8(jenv, $input, $1)) return $null;
+%}
+%typemap(in) const std::string & ($*1_ltype text) %{
+  if (!photon_java_utf8(jenv, $input, text)) return $null;
+  $1 = &text;
+%}
+%typemap(out) std::string %{ $result = photon_java_string(jenv, $1); %}
+%typemap(directorin, descriptor="Ljava/lang/String;") const std::string & %{
+  $input = photon_java_string(jenv, $1);
+  Swig::LocalRefGuard $1_refguard(jenv, $input);
+%}
+
+/* 64-bit unsigned values (seed, parameter count) as long: Java has no unsigned types. */
+%apply long long { std::uint64_t };
+
+/* photon::Bytes <-> byte[], photon::TokenIds <-> int[]. */
+%define PHOTON_JAVA_ARRAY(CTYPE, JNITYPE, JTYPE, ELEMENT, NEW, GET, SET)
+%typemap(jni) CTYPE, const CTYPE & "JNITYPE"
+%typemap(jtype) CTYPE, const CTYPE & "JTYPE"
+%typemap(jstype) CTYPE, const CTYPE & "JTYPE"
+%typemap(javain) const CTYPE & "$javainput"
+%typemap(javaout) CTYPE {
+    return $jnicall;
+  }
+%typemap(in) const CTYPE & ($*1_ltype values) %{
+  if (!$input) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaNullPointerException, "null array");
+    return $null;
+  }
+  values.resize(static_cast<size_t>(jenv->GetArrayLength($input)));
+  jenv->GET($input, 0, static_cast<jsize>(values.size()),
+            reinterpret_cast<ELEMENT *>(values.data()));
+  $1 = &values;
+%}
+%typemap(out) CTYPE %{
+  $result = jenv->NEW(static_cast<jsize>($1.size()));
+  if ($result) {
+    jenv->SET($result, 0, static_cast<jsize>($1.size()),
+              reinterpret_cast<const ELEMENT *>($1.data()));
+  }
+%}
+%enddef
+PHOTON_JAVA_ARRAY(photon::Bytes, jbyteArray, byte[], jbyte, NewByteArray, GetByteArrayRegion,
+                  SetByteArrayRegion)
+PHOTON_JAVA_ARRAY(photon::TokenIds, jintArray, int[], jint, NewIntArray, GetIntArrayRegion,
+                  SetIntArrayRegion)
+
+/* SessionOptions setters chain on the object itself: a new proxy for the returned reference would
+ * not keep the options alive. */
+%typemap(javaout) photon::SessionOptions & {
+    $jnicall;
+    return this;
+  }
+
+/* Names: lowerCamelCase methods, UPPER_CASE enum constants (as declared). */
+%define PHOTON_FUNCTION_NAMES
+%rename("%(lowercamelcase)s", %$isfunction, %$not %$isconstructor, %$not %$isdestructor) "";
+%enddef
+%ignore photon::Model::close;
+%ignore photon::Model::is_closed;
+%ignore photon::Session::close;
+%ignore photon::Session::is_closed;
+
+/* The callback and pull primitives are reached through Session's Java API (generate with a
+ * TokenCallback, tokens(), stream()). */
+%typemap(javaclassmodifiers) photon::TokenListener "abstract class"
+%typemap(javaclassmodifiers) photon::BatchListener "abstract class"
+%typemap(javaclassmodifiers) std::vector<photon::Session *> "final class"
+%javamethodmodifiers photon::Session::generate(int, TokenListener &) "";
+%javamethodmodifiers photon::Session::generate_batch "";
+%javamethodmodifiers photon::Session::next_token "";
+%javamethodmodifiers photon::Session::last_piece "";
+%javamethodmodifiers photon::Session::last_logprob "";
+
+%typemap(javaimports) photon::Session %{
+import java.util.Iterator;
+import java.util.List;
+import java.util.NoSuchElementException;
+import java.util.stream.Stream;
+import java.util.stream.StreamSupport;
+%}
+%typemap(javacode) photon::Session %{
+  /**
+   * Generates up to maxTokens tokens, passing each to callback; returns how many were delivered.
+   * The callback returns false to stop; an exception it throws stops generation and is rethrown
+   * here.
+   */
+  public int generate(int maxTokens, TokenCallback callback) {
+    TokenListener listener = new TokenListener() {
+      @Override
+      public boolean onToken(int token, String piece, float logprob) {
+        return callback.onToken(new Token(token, piece, logprob));
+      }
+    };
+    try {
+      return generate(maxTokens, listener);
+    } finally {
+      listener.delete();
+    }
+  }
+
+  /**
+   * Advances sessions of one model together, each by up to maxTokens tokens, with their matrix
+   * products batched; each produces exactly the tokens generate() would have. callback (may be
+   * null) receives each token with its session's index in the list and returns false to stop
+   * that session; an exception it throws stops them all and is rethrown here. Returns how many
+   * tokens each session delivered.
+   */
+  public static int[] generateBatch(List<Session> sessions, int maxTokens, BatchCallback callback) {
+    SessionVector vector = new SessionVector(sessions);
+    BatchListener listener = callback == null ? null : new BatchListener() {
+      @Override
+      public boolean onToken(int sessionIndex, int token, String piece, float logprob) {
+        return callback.onToken(sessionIndex, new Token(token, piece, logprob));
+      }
+    };
+    try {
+      return listener == null ? generateBatch(vector, maxTokens)
+                              : generateBatch(vector, maxTokens, listener);
+    } finally {
+      if (listener != null) listener.delete();
+      vector.delete();
+    }
+  }
+
+  /** The next tokens, pulled one at a time as the iteration advances (at most maxTokens). */
+  public Iterable<Token> tokens(int maxTokens) {
+    return () -> new Iterator<Token>() {
+      private int remaining = maxTokens;
+      private Token next;
+      private boolean done;
+
+      @Override
+      public boolean hasNext() {
+        if (next == null && !done) {
+          int id = remaining > 0 ? nextToken() : -1;
+          if (id < 0) {
+            done = true;
+          } else {
+            --remaining;
+            next = new Token(id, lastPiece(), lastLogprob());
+          }
+        }
+        return next != null;
+      }
+
+      @Override
+      public Token next() {
+        if (!hasNext()) throw new NoSuchElementException();
+        Token token = next;
+        next = null;
+        return token;
+      }
+    };
+  }
+
+  /** As tokens(maxTokens), as a sequential Stream. */
+  public Stream<Token> stream(int maxTokens) {
+    return StreamSupport.stream(tokens(maxTokens).spliterator(), false);
+  }
+%}
+
+%include "../photon.i"

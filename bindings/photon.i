@@ -1,0 +1,46 @@
+/* photon.i -- the interface every language binding is generated from (SWIG 4).
+ *
+ * Each language's file (java/photon_java.i, csharp/photon_csharp.i, go/internal/native/
+ * native.swigcxx, python/photon_python.i) declares its %module, its typemaps for photon::Bytes
+ * (byte arrays) and photon::TokenIds (token id arrays), its exception handling and its naming,
+ * defines PHOTON_CLOSED_CHECK and PHOTON_FUNCTION_NAMES, and then includes this file.
+ *
+ * Whitelist: SWIG reads only photon_binding.hpp, a small C++ layer over include/photon.h. Its
+ * classes (Model, Session, SessionOptions, TokenListener, BatchListener, the Mode / StopReason
+ * enums) and SessionVector (the sessions of a batch) are the whole surface; nothing of
+ * photon.h is wrapped directly.
+ */
+
+%{
+#include "photon_binding.hpp"
+%}
+
+%include <stdint.i>
+%include <std_string.i>
+%include <std_vector.i>
+
+/* The sessions of a batch. */
+namespace photon {
+class Session;
+}
+%template(SessionVector) std::vector<photon::Session *>;
+
+/* The language's naming rule for photon's functions, declared here so that it does not rename
+ * the std::vector methods above. */
+PHOTON_FUNCTION_NAMES
+
+/* Managed code implements the token callbacks. */
+%feature("director") photon::TokenListener;
+%feature("director") photon::BatchListener;
+
+/* restore() creates the session the caller then owns. */
+%newobject photon::Session::restore;
+%newobject photon::Session::restore_file;
+
+/* A method called on an object that was closed (its native part deleted) raises the language's
+ * use-after-close error instead of dereferencing NULL. */
+PHOTON_CLOSED_CHECK(photon::Model, "model")
+PHOTON_CLOSED_CHECK(photon::Session, "session")
+PHOTON_CLOSED_CHECK(photon::SessionOptions, "session options")
+
+%include "photon_binding.hpp"

@@ -1,0 +1,430 @@
+// photon_binding.hpp -- the C++ layer that SWIG wraps for Java, C#, Go and Python.
+//
+// It sits on the public C API only (include/photon.h) and gives the generated bindings what the
+// C API leaves to its caller: ownership (a Session keeps its model alive, so a model closed or
+// collected before its sessions is freed only after the last one), idempotent close(), status
+// codes turned into PhotonError, buffers sized by the library's two-call protocol, and a token
+// listener that a managed runtime can implement (SWIG directors) and that may throw.
+//
+// Header-only: every language's generated wrapper includes it.
+#ifndef PHOTON_BINDING_HPP
+#define PHOTON_BINDING_HPP
+
+#include <photon.h>
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace photon {
+
+using Bytes = std::vector<std::uint8_t>;
+using TokenIds = std::vector<std::int32_t>;
+
+#ifndef SWIG  // the C++-only part: each language's .i turns PhotonError into its own error
+
+// A failed C call: its status code and the library's message.
+class PhotonError : public std::runtime_error {
+ public:
+  PhotonError(int status, const std::string& message)
+      : std::runtime_error(message), status_(status) {}
+  int status() const { return status_; }
+  std::string status_name() const {
+    return photon_status_name(static_cast<photon_status>(status_));
+  }
+
+ private:
+  int status_;
+};
+
+namespace detail {
+
+inline void check(photon_status status) {
+  if (status != PHOTON_OK) throw PhotonError(status, photon_last_error());
+}
+
+[[noreturn]] inline void closed(const char* what) {
+  throw PhotonError(PHOTON_ERR_INVALID_ARGUMENT, std::string("photon: the ") + what + " is closed");
+}
+
+// Runs a call of the library's two-call protocol: `call(buffer, capacity, &needed)` may answer
+// PHOTON_ERR_BUFFER_TOO_SMALL with the size it needs, and is then repeated with that size.
+template <typename Buffer, typename Call>
+Buffer fill(std::size_t first_guess, std::size_t terminator, Call call) {
+  Buffer buffer(first_guess + terminator);
+  std::size_t needed = 0;
+  photon_status status = call(buffer.data(), buffer.size(), &needed);
+  if (status == PHOTON_ERR_BUFFER_TOO_SMALL) {
+    buffer.resize(needed + terminator);
+    status = call(buffer.data(), buffer.size(), &needed);
+  }
+  check(status);
+  buffer.resize(needed);
+  return buffer;
+}
+
+inline TokenIds tokenize(const photon_model* model, const std::string& text, bool add_bos) {
+  return fill<TokenIds>(text.size() + 8, 0, [&](std::int32_t* out, std::size_t capacity,
+                                                std::size_t* needed) {
+    return photon_model_tokenize(model, text.data(), text.size(), add_bos ? 1 : 0, out, capacity,
+                                 needed);
+  });
+}
+
+}  // namespace detail
+
+#endif  // SWIG
+
+// Values mirror photon_mode / photon_stop_reason (checked below).
+enum class Mode { AUTO = 0, HIERGEN = 1, RECGEN = 2 };
+enum class StopReason {
+  NONE = 0,
+  LENGTH = 1,
+  EOS = 2,
+  STOP_STRING = 3,
+  CALLBACK = 4,
+  CANCELLED = 5,
+  CONTEXT_FULL = 6
+};
+
+#ifndef SWIG
+static_assert(static_cast<int>(Mode::RECGEN) == PHOTON_MODE_RECGEN);
+static_assert(static_cast<int>(StopReason::CONTEXT_FULL) == PHOTON_STOP_CONTEXT_FULL);
+#endif
+
+// Receives each generated token; implemented in the target language through a SWIG director.
+// Return false to stop generation. An exception thrown here stops generation too and is rethrown
+// to the caller of Session::generate once the library has returned.
+class TokenListener {
+ public:
+  virtual ~TokenListener() = default;
+  virtual bool on_token(int token, const std::string& piece, float logprob) = 0;
+};
+
+// Receives the tokens of Session::generate_batch; session_index is the session's place in the
+// batch. Return false to stop that session (the others go on); an exception stops them all and is
+// rethrown to the caller of generate_batch.
+class BatchListener {
+ public:
+  virtual ~BatchListener() = default;
+  virtual bool on_token(int session_index, int token, const std::string& piece,
+                        float logprob) = 0;
+};
+
+// Settings of a session: mode, context length and sampler. May be discarded once a session has
+// been created from it.
+class SessionOptions {
+ public:
+  SessionOptions() {
+    photon_session_options* raw = nullptr;
+    detail::check(photon_session_options_create(&raw));
+    options_.reset(raw);
+  }
+  SessionOptions& set_mode(Mode mode) {
+    detail::check(photon_session_options_set_mode(get(), static_cast<photon_mode>(mode)));
+    return *this;
+  }
+  SessionOptions& set_context_length(int context_length) {
+    detail::check(photon_session_options_set_context_length(get(), context_length));
+    return *this;
+  }
+  SessionOptions& set_seed(std::uint64_t seed) {
+    detail::check(photon_session_options_set_seed(get(), seed));
+    return *this;
+  }
+  SessionOptions& set_temperature(float temperature) {
+    detail::check(photon_session_options_set_temperature(get(), temperature));
+    return *this;
+  }
+  SessionOptions& set_top_k(int top_k) {
+    detail::check(photon_session_options_set_top_k(get(), top_k));
+    return *this;
+  }
+  SessionOptions& set_top_p(float top_p) {
+    detail::check(photon_session_options_set_top_p(get(), top_p));
+    return *this;
+  }
+  SessionOptions& set_min_p(float min_p) {
+    detail::check(photon_session_options_set_min_p(get(), min_p));
+    return *this;
+  }
+  SessionOptions& set_repetition_penalty(float penalty, int last_n) {
+    detail::check(photon_session_options_set_repetition_penalty(get(), penalty, last_n));
+    return *this;
+  }
+  SessionOptions& set_ignore_eos(bool ignore_eos) {
+    detail::check(photon_session_options_set_ignore_eos(get(), ignore_eos ? 1 : 0));
+    return *this;
+  }
+  SessionOptions& add_stop_string(const std::string& stop) {
+    detail::check(photon_session_options_add_stop_string(get(), stop.c_str()));
+    return *this;
+  }
+
+#ifndef SWIG
+  photon_session_options* get() const { return options_.get(); }
+#endif
+
+ private:
+  struct Free {
+    void operator()(photon_session_options* options) const { photon_session_options_free(options); }
+  };
+  std::unique_ptr<photon_session_options, Free> options_;
+};
+
+class Session;
+
+// A loaded model. close() (or the garbage collector) drops this handle; the native model is freed
+// once no session of it remains either.
+class Model {
+ public:
+  explicit Model(const std::string& path) {
+    photon_model* raw = nullptr;
+    detail::check(photon_model_load(path.c_str(), nullptr, &raw));
+    model_.reset(raw, photon_model_free);
+  }
+  void close() { model_.reset(); }
+  bool is_closed() const { return !model_; }
+
+  static std::string version() { return photon_version(); }
+
+  std::string arch() const { return photon_model_arch(get()); }
+  int levels() const { return photon_model_levels(get()); }
+  std::uint64_t parameter_count() const { return photon_model_parameter_count(get()); }
+  int vocab_size() const { return photon_model_vocab_size(get()); }
+  int context_length() const { return photon_model_context_length(get()); }
+  int bos() const { return photon_model_bos(get()); }
+  int eos() const { return photon_model_eos(get()); }
+  std::string config_json() const { return photon_model_config_json(get()); }
+
+  // Token ids of UTF-8 text, with BOS first when add_bos.
+  TokenIds tokenize(const std::string& text, bool add_bos = true) const {
+    return detail::tokenize(get(), text, add_bos);
+  }
+
+  std::string detokenize(const TokenIds& tokens) const {
+    const photon_model* model = get();
+    std::vector<char> text = detail::fill<std::vector<char>>(
+        tokens.size() * 8, 1, [&](char* out, std::size_t capacity, std::size_t* needed) {
+          return photon_model_detokenize(model, tokens.data(), tokens.size(), out, capacity,
+                                         needed);
+        });
+    return std::string(text.begin(), text.end());
+  }
+
+#ifndef SWIG
+  const photon_model* get() const {
+    if (!model_) detail::closed("model");
+    return model_.get();
+  }
+  const std::shared_ptr<photon_model>& shared() const {
+    get();
+    return model_;
+  }
+#endif
+
+ private:
+  std::shared_ptr<photon_model> model_;
+};
+
+// One generation stream over a model. close() (or the garbage collector) frees it; it keeps its
+// model alive until then.
+class Session {
+ public:
+  explicit Session(const Model& model) : Session(model, nullptr) {}
+  Session(const Model& model, const SessionOptions& options) : Session(model, &options) {}
+
+  // A session restored from the bytes of save() (made by any language binding or the C API).
+  static Session* restore(const Model& model, const Bytes& state) {
+    photon_session* raw = nullptr;
+    detail::check(photon_session_restore(model.get(), state.data(), state.size(), &raw));
+    return new Session(model.shared(), raw);
+  }
+  static Session* restore_file(const Model& model, const std::string& path) {
+    photon_session* raw = nullptr;
+    detail::check(photon_session_restore_file(model.get(), path.c_str(), &raw));
+    return new Session(model.shared(), raw);
+  }
+
+  void close() {
+    session_.reset();
+    model_.reset();
+  }
+  bool is_closed() const { return !session_; }
+
+  Mode mode() const { return static_cast<Mode>(photon_session_mode(get())); }
+  StopReason stop_reason() const {
+    return static_cast<StopReason>(photon_session_stop_reason(get()));
+  }
+  int position() const { return photon_session_position(get()); }
+
+  // The token history: prompt and generated tokens.
+  TokenIds history() const {
+    const photon_session* session = get();
+    const auto size = static_cast<std::size_t>(photon_session_position(session));
+    return detail::fill<TokenIds>(size, 0, [&](std::int32_t* out, std::size_t capacity,
+                                               std::size_t* needed) {
+      return photon_session_tokens(session, out, capacity, needed);
+    });
+  }
+
+  void prefill(const TokenIds& tokens) {
+    detail::check(photon_session_prefill(get(), tokens.data(), tokens.size()));
+  }
+  // Tokenizes text (BOS first when the session is still empty) and prefills it.
+  void prefill(const std::string& text) {
+    const bool empty = photon_session_position(get()) == 0;
+    prefill(detail::tokenize(model_.get(), text, empty));
+  }
+
+  // Generates up to max_tokens tokens; returns how many were delivered.
+  int generate(int max_tokens) {
+    std::int32_t generated = 0;
+    detail::check(photon_session_generate(get(), max_tokens, nullptr, nullptr, &generated));
+    return generated;
+  }
+  int generate(int max_tokens, TokenListener& listener) {
+    Call call{&listener, nullptr};
+    std::int32_t generated = 0;
+    const photon_status status =
+        photon_session_generate(get(), max_tokens, &Session::deliver, &call, &generated);
+    if (call.error) std::rethrow_exception(call.error);
+    detail::check(status);
+    return generated;
+  }
+
+  // Advances sessions of one model together, each by up to max_tokens tokens, with the matrix
+  // products of all of them batched; each produces exactly the tokens generate() would have.
+  // Returns how many tokens each session delivered.
+  static TokenIds generate_batch(const std::vector<Session*>& sessions, int max_tokens) {
+    return run_batch(sessions, max_tokens, nullptr);
+  }
+  static TokenIds generate_batch(const std::vector<Session*>& sessions, int max_tokens,
+                                 BatchListener& listener) {
+    return run_batch(sessions, max_tokens, &listener);
+  }
+
+  // Pull-style generation: the next token's id, or -1 once generation stopped (stop_reason()
+  // says why). last_piece() and last_logprob() describe the token just returned.
+  int next_token() {
+    std::int32_t token = -1;
+    std::size_t piece_len = 0;
+    photon_status status = photon_session_next_token(get(), &token, piece_.data(), piece_.size(),
+                                                     &piece_len, &logprob_);
+    if (status == PHOTON_ERR_BUFFER_TOO_SMALL) {  // the token is kept: ask again with room
+      piece_.resize(piece_len + 1);
+      status = photon_session_next_token(get(), &token, piece_.data(), piece_.size(), &piece_len,
+                                         &logprob_);
+    }
+    detail::check(status);
+    last_piece_.assign(piece_.data(), token < 0 ? 0 : piece_len);
+    return token;
+  }
+  std::string last_piece() const { return last_piece_; }
+  float last_logprob() const { return logprob_; }
+
+  // Asks a running generate on this session to stop; callable from any thread.
+  void cancel() { photon_session_cancel(session_.get()); }
+
+  void set_sampler(const SessionOptions& options) {
+    detail::check(photon_session_set_sampler(get(), options.get()));
+  }
+
+  Bytes save() {
+    photon_session* session = get();
+    return detail::fill<Bytes>(0, 0, [&](std::uint8_t* out, std::size_t capacity,
+                                         std::size_t* needed) {
+      return photon_session_save(session, out, capacity, needed);
+    });
+  }
+  void save_file(const std::string& path) {
+    detail::check(photon_session_save_file(get(), path.c_str()));
+  }
+
+#ifndef SWIG
+  photon_session* get() const {
+    if (!session_) detail::closed("session");
+    return session_.get();
+  }
+
+ private:
+  struct Call {
+    TokenListener* listener;
+    std::exception_ptr error;
+  };
+
+  struct BatchCall {
+    BatchListener* listener;
+    std::exception_ptr error;
+  };
+
+  // The C callbacks: no exception may cross the C library, so one is kept for the caller.
+  static int deliver(void* user_data, std::int32_t token, const char* piece, std::size_t piece_len,
+                     float logprob) {
+    Call* call = static_cast<Call*>(user_data);
+    try {
+      return call->listener->on_token(token, std::string(piece, piece_len), logprob) ? 0 : 1;
+    } catch (...) {
+      call->error = std::current_exception();
+      return 1;
+    }
+  }
+  static int deliver_batch(void* user_data, std::size_t session_index, std::int32_t token,
+                           const char* piece, std::size_t piece_len, float logprob) {
+    BatchCall* call = static_cast<BatchCall*>(user_data);
+    if (call->error) return 1;  // a callback threw: stop the other sessions too
+    try {
+      return call->listener->on_token(static_cast<int>(session_index), token,
+                                      std::string(piece, piece_len), logprob)
+                 ? 0
+                 : 1;
+    } catch (...) {
+      call->error = std::current_exception();
+      return 1;
+    }
+  }
+
+  static TokenIds run_batch(const std::vector<Session*>& sessions, int max_tokens,
+                            BatchListener* listener) {
+    std::vector<photon_session*> handles;
+    for (const Session* session : sessions) {
+      if (!session) throw PhotonError(PHOTON_ERR_INVALID_ARGUMENT, "photon: a null session");
+      handles.push_back(session->get());
+    }
+    TokenIds generated(sessions.size());
+    BatchCall call{listener, nullptr};
+    const photon_status status = photon_session_generate_batch(
+        handles.data(), handles.size(), max_tokens, listener ? &Session::deliver_batch : nullptr,
+        &call, generated.data());
+    if (call.error) std::rethrow_exception(call.error);
+    detail::check(status);
+    return generated;
+  }
+
+  Session(const Model& model, const SessionOptions* options) : model_(model.shared()) {
+    photon_session* raw = nullptr;
+    detail::check(photon_session_create(model_.get(), options ? options->get() : nullptr, &raw));
+    session_.reset(raw);
+  }
+  Session(std::shared_ptr<photon_model> model, photon_session* session)
+      : model_(std::move(model)), session_(session) {}
+
+  struct Free {
+    void operator()(photon_session* session) const { photon_session_free(session); }
+  };
+  // Declared first so that it is destroyed last: the session must go before its model.
+  std::shared_ptr<photon_model> model_;
+  std::unique_ptr<photon_session, Free> session_;
+  std::vector<char> piece_ = std::vector<char>(64);
+  std::string last_piece_;
+  float logprob_ = 0.0f;
+#endif
+};
+
+}  // namespace photon
+
+#endif  // PHOTON_BINDING_HPP

@@ -1,0 +1,287 @@
+// Tests of the C# binding, run by ctest with mono. Same modes as the other languages' binding
+// tests (see tests/bindings/python/binding_test.py):
+//   BindingTest.exe test MODEL WORKDIR | memory MODEL | save MODEL STATE OUT
+//                   | restore MODEL STATE OUT
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Linq;
+using System.Text;
+using Photon;
+
+static class BindingTest {
+  const string Prompt = "In the beginning God created the heaven and the earth.";
+  const int Warmup = 20, Loops = 200, LateLoops = 100;
+  // RSS growth allowed over the loops, far below a leak's: a model kept alive holds ~30 MB.
+  const double DisposedBoundMb = 64, LateBoundMb = 128;
+
+  sealed class CallbackFailure : Exception {
+    public CallbackFailure(string message) : base(message) {}
+  }
+
+  static void Check(bool condition, string what) {
+    if (!condition) throw new Exception("check failed: " + what);
+  }
+
+  static SessionOptions Sampling() => new SessionOptions().SetTemperature(0.8f).SetSeed(42);
+
+  static Session Prompted(Model model) {
+    using (var options = Sampling()) {
+      var session = new Session(model, options);
+      session.Prefill(Prompt);
+      return session;
+    }
+  }
+
+  static PhotonException ExpectError(Action call, string what, params string[] statusNames) {
+    try {
+      call();
+    } catch (PhotonException e) {
+      Check(statusNames.Contains(e.StatusName),
+            $"{what}: expected {string.Join("|", statusNames)}, got {e.StatusName}: {e.Message}");
+      Check(e.Status > 0, what + ": status");
+      return e;
+    }
+    throw new Exception(what + ": no PhotonException thrown");
+  }
+
+  static void TestModel(Model model) {
+    Check(model.VocabSize > 0 && model.Levels >= 0, "model properties");
+    Check(model.Arch == "photon" || model.Arch == "vanilla", model.Arch);
+    Check(model.ConfigJson.Contains("\"vocab_size\""), "config");
+    int[] ids = model.Tokenize(Prompt);
+    Check(ids[0] == model.Bos && model.Detokenize(ids) == Prompt, "tokenize round trip");
+    Check(Model.Version().Split('.').Length == 3, "version");
+  }
+
+  static void TestStreaming(Model model) {
+    using (var pushed = Prompted(model))
+    using (var pulled = Prompted(model)) {
+      var received = new List<Token>();
+      Check(pushed.Generate(12, token => { received.Add(token); return true; }) == 12,
+            "Generate's count");
+      Check(pushed.StopReason == StopReason.Length, "stop: " + pushed.StopReason);
+      var streamed = pulled.Tokens(12).ToList();
+      Check(received.Select(t => t.Id).SequenceEqual(streamed.Select(t => t.Id)),
+            "callback and iterator produce the same tokens");
+      Check(pushed.History().SequenceEqual(pulled.History()), "same history");
+      string text = string.Concat(received.Select(t => t.Piece));
+      Check(model.Detokenize(pushed.History()) == Prompt + text, "pieces: " + text);
+      Check(received.All(t => t.Logprob <= 0), "log probabilities");
+      Check(pulled.Tokens(3).Count() == 3 && !pulled.Tokens(0).Any(), "enumeration budgets");
+    }
+  }
+
+  static void TestCancel(Model model) {
+    using (var session = Prompted(model)) {
+      int start = session.Position;
+      var seen = new List<Token>();
+      int count = session.Generate(10, token => { seen.Add(token); return seen.Count < 3; });
+      Check(count == 3 && session.StopReason == StopReason.Callback,
+            $"returning false stops: {count}, {session.StopReason}");
+      Check(session.Position == start + 3, "the stopping token is kept");
+      count = session.Generate(10, token => { session.Cancel(); return true; });
+      Check(session.StopReason == StopReason.Cancelled && count >= 1 && count < 10,
+            $"Cancel() from the callback: {count}, {session.StopReason}");
+    }
+  }
+
+  static void TestCallbackException(Model model) {
+    using (var session = Prompted(model)) {
+      int start = session.Position;
+      int seen = 0;
+      try {
+        session.Generate(10, token => {
+          if (++seen == 2) throw new CallbackFailure("stop here");
+          return true;
+        });
+        throw new Exception("the callback's exception was swallowed");
+      } catch (CallbackFailure e) {
+        Check(e.Message == "stop here", "the very exception reaches the caller");
+        Check(e.StackTrace.Contains("TestCallbackException"), "with its stack trace");
+      }
+      Check(session.Position == start + 2 && session.StopReason == StopReason.Callback,
+            "generation stopped at the exception");
+      Check(session.Generate(2) == 2, "the session stays usable");
+    }
+  }
+
+  static void TestBatch(Model model) {
+    int[] expected;
+    using (var solo = Prompted(model)) {
+      expected = solo.Tokens(6).Select(t => t.Id).ToArray();
+    }
+    using (var first = Prompted(model))
+    using (var second = Prompted(model)) {
+      var received = new[] { new List<int>(), new List<int>() };
+      int[] counts = Session.GenerateBatch(new[] { first, second }, 6, (index, token) => {
+        received[index].Add(token.Id);
+        return true;
+      });
+      Check(counts.SequenceEqual(new[] { 6, 6 }) && received[0].SequenceEqual(expected)
+            && received[1].SequenceEqual(expected), "a batch gives each session its own tokens");
+      counts = Session.GenerateBatch(new[] { first, second }, 4, (index, token) => index == 1);
+      Check(counts.SequenceEqual(new[] { 1, 4 }) && first.StopReason == StopReason.Callback,
+            "false stops one session of the batch: " + string.Join(",", counts));
+      counts = Session.GenerateBatch(new[] { first, second }, 2);
+      Check(counts.SequenceEqual(new[] { 2, 2 }), "without a callback");
+    }
+  }
+
+  static void TestErrors(Model model, string modelPath, string workdir) {
+    string missing = Path.Combine(workdir, "missing.photon");
+    var e = ExpectError(() => new Model(missing), "missing file", "PHOTON_ERR_IO");
+    Check(e.Message.Contains(missing), "the message names the file: " + e.Message);
+
+    byte[] data = File.ReadAllBytes(modelPath);
+    string truncated = Path.Combine(workdir, "truncated.photon");
+    File.WriteAllBytes(truncated, data.Take(data.Length / 2).ToArray());
+    e = ExpectError(() => new Model(truncated), "truncated", "PHOTON_ERR_TRUNCATED");
+    Check(e.Message.Contains(truncated), "the message names the file");
+    string garbled = Path.Combine(workdir, "garbled.photon");
+    data[100] ^= 0xFF;
+    File.WriteAllBytes(garbled, data);
+    ExpectError(() => new Model(garbled), "damaged header", "PHOTON_ERR_CORRUPT");
+
+    byte[] garbage =
+        Encoding.UTF8.GetBytes(string.Concat(Enumerable.Repeat("not a session state ", 8)));
+    ExpectError(() => Session.Restore(model, garbage), "restore of garbage",
+                "PHOTON_ERR_BAD_IDENTIFIER", "PHOTON_ERR_TRUNCATED", "PHOTON_ERR_CORRUPT");
+    Session disposed;
+    using (var session = new Session(model)) {
+      ExpectError(() => session.Prefill(new[] { model.VocabSize }), "bad token",
+                  "PHOTON_ERR_BAD_TOKEN");
+      disposed = session;
+    }
+    try {
+      disposed.Generate(1);
+      throw new Exception("use after Dispose");
+    } catch (ObjectDisposedException expected) {
+      Check(expected.Message.Contains("disposed"), expected.Message);
+    }
+    disposed.Dispose();  // idempotent
+  }
+
+  static void TestSaveRestore(Model model, string workdir) {
+    byte[] state;
+    int[] history;
+    int[] expected;
+    string path = Path.Combine(workdir, "csharp.state");
+    using (var session = Prompted(model)) {
+      session.Generate(6);
+      state = session.Save();
+      session.SaveFile(path);
+      history = session.History();
+      expected = session.Tokens(8).Select(t => t.Id).ToArray();
+    }
+    Check(state.Length > 0, "Save() gives bytes");
+    var restoredSessions = new[] {
+      Session.Restore(model, state), Session.RestoreFile(model, path)
+    };
+    foreach (var restored in restoredSessions) {
+      using (restored) {
+        Check(restored.History().SequenceEqual(history), "the restored history");
+        Check(restored.Tokens(8).Select(t => t.Id).SequenceEqual(expected),
+              "the restored continuation");
+      }
+    }
+    using (var restored = Session.Restore(model, state))
+    using (var greedy = new SessionOptions()) {
+      restored.SetSampler(greedy);
+      Check(restored.Generate(2) == 2 && restored.Mode != Mode.Auto, "a restored session");
+    }
+  }
+
+  static double RssMb() {
+    foreach (string line in File.ReadAllLines("/proc/self/status")) {
+      if (line.StartsWith("VmRSS:")) {
+        return long.Parse(new string(line.Where(char.IsDigit).ToArray())) / 1024.0;
+      }
+    }
+    throw new Exception("no VmRSS");
+  }
+
+  static void Churn(string modelPath, int iteration, bool dispose) {
+    var model = new Model(modelPath);
+    var small = new SessionOptions().SetContextLength(256).SetSeed((ulong)iteration);
+    var session = new Session(model, small);
+    session.Prefill(new[] { model.Bos });
+    session.Generate(1);
+    var restored = Session.Restore(model, session.Save());
+    Check(restored.Tokens(1).Any(), "a restored token");
+    if (dispose) {  // in a different order each time: a session keeps its model alive
+      var all = new IDisposable[] { model, session, restored, small };
+      all[iteration % 3].Dispose();
+      foreach (var item in all) item.Dispose();
+    }
+  }
+
+  static void TestMemory(string modelPath) {
+    for (int i = 0; i < Warmup; ++i) Churn(modelPath, i, true);
+    GC.Collect();
+    GC.WaitForPendingFinalizers();
+    double baseline = RssMb();
+    for (int i = 0; i < Loops; ++i) Churn(modelPath, i, true);
+    double disposed = RssMb();
+    for (int i = 0; i < LateLoops; ++i) {  // nothing disposed: finalizers release the objects
+      Churn(modelPath, i, false);
+      if (i % 10 == 0) GC.Collect();
+    }
+    GC.Collect();
+    GC.WaitForPendingFinalizers();
+    double late = RssMb();
+    Console.WriteLine($"rss: {baseline:F1} MB after warm-up, {disposed:F1} MB after {Loops} "
+                      + $"disposed loops, {late:F1} MB after {LateLoops} collected ones");
+    Check(disposed - baseline < DisposedBoundMb && late - baseline < LateBoundMb, "memory grows");
+  }
+
+  static void WriteContinuation(Session session, string output) {
+    File.WriteAllText(output, string.Join(" ", session.Tokens(8).Select(t => t.Id)) + "\n");
+  }
+
+  static int Main(string[] args) {
+    string mode = args[0], modelPath = args[1];
+    switch (mode) {
+      case "test":
+        Directory.CreateDirectory(args[2]);
+        using (var model = new Model(modelPath)) {
+          TestModel(model);
+          Console.WriteLine("ok TestModel");
+          TestStreaming(model);
+          Console.WriteLine("ok TestStreaming");
+          TestCancel(model);
+          Console.WriteLine("ok TestCancel");
+          TestCallbackException(model);
+          Console.WriteLine("ok TestCallbackException");
+          TestBatch(model);
+          Console.WriteLine("ok TestBatch");
+          TestErrors(model, modelPath, args[2]);
+          Console.WriteLine("ok TestErrors");
+          TestSaveRestore(model, args[2]);
+          Console.WriteLine("ok TestSaveRestore");
+        }
+        break;
+      case "memory":
+        TestMemory(modelPath);
+        break;
+      case "save":
+        using (var model = new Model(modelPath))
+        using (var session = Prompted(model)) {
+          session.Generate(5);
+          session.SaveFile(args[2]);
+          WriteContinuation(session, args[3]);
+        }
+        break;
+      case "restore":
+        using (var model = new Model(modelPath))
+        using (var session = Session.RestoreFile(model, args[2])) {
+          WriteContinuation(session, args[3]);
+        }
+        break;
+      default:
+        Console.Error.WriteLine("unknown mode " + mode);
+        return 2;
+    }
+    return 0;
+  }
+}

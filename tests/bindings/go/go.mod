@@ -1,0 +1,7 @@
+module photon-binding-test
+
+go 1.19
+
+require photon v0.0.0
+
+replace photon => ../../../bindings/go

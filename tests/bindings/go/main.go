@@ -1,0 +1,356 @@
+// Command binding-test tests the Go binding; run by ctest. Same modes as the other languages'
+// binding tests (see tests/bindings/python/binding_test.py):
+//
+//	binding-test test MODEL WORKDIR | memory MODEL | save MODEL STATE OUT | restore MODEL STATE OUT
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"photon"
+)
+
+const (
+	prompt    = "In the beginning God created the heaven and the earth."
+	warmup    = 20
+	loops     = 200
+	lateLoops = 100
+	// RSS growth allowed over the loops, far below a leak's: a model kept alive holds ~30 MB.
+	closedBoundMB = 64
+	lateBoundMB   = 128
+)
+
+var sampling = photon.SessionOptions{Temperature: 0.8, Seed: 42}
+
+func check(condition bool, format string, args ...interface{}) {
+	if !condition {
+		panic(fmt.Sprintf("check failed: "+format, args...))
+	}
+}
+
+func must[T any](value T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return value
+}
+
+func prompted(model *photon.Model) *photon.Session {
+	session := must(model.NewSession(&sampling))
+	check(session.PrefillText(prompt) == nil, "prefill")
+	return session
+}
+
+func expectError(err error, what string, statusNames ...string) *photon.Error {
+	var photonErr *photon.Error
+	check(errors.As(err, &photonErr), "%s: expected a *photon.Error, got %v", what, err)
+	for _, name := range statusNames {
+		if photonErr.StatusName == name {
+			check(photonErr.Status > 0 && photonErr.Message != "", "%s: %+v", what, photonErr)
+			return photonErr
+		}
+	}
+	panic(fmt.Sprintf("%s: expected %v, got %s: %s", what, statusNames, photonErr.StatusName, err))
+}
+
+func ids(tokens []photon.Token) []int32 {
+	result := make([]int32, len(tokens))
+	for i, token := range tokens {
+		result[i] = token.ID
+	}
+	return result
+}
+
+func pull(session *photon.Session, n int) []photon.Token {
+	var tokens []photon.Token
+	it := session.Tokens(n)
+	for it.Next() {
+		tokens = append(tokens, it.Token())
+	}
+	check(it.Err() == nil, "iteration: %v", it.Err())
+	return tokens
+}
+
+func testModel(model *photon.Model) {
+	check(model.VocabSize() > 0 && (model.Arch() == "photon" || model.Arch() == "vanilla"),
+		"model properties")
+	check(strings.Contains(model.ConfigJSON(), `"vocab_size"`), "config")
+	tokens := must(model.Tokenize(prompt, true))
+	check(int(tokens[0]) == model.BOS() && must(model.Detokenize(tokens)) == prompt,
+		"tokenize round trip")
+	check(strings.Count(photon.Version(), ".") == 2, "version")
+}
+
+func testStreaming(model *photon.Model) {
+	pushed, pulled := prompted(model), prompted(model)
+	defer pushed.Close()
+	defer pulled.Close()
+	var received []photon.Token
+	n, err := pushed.Generate(12, func(token photon.Token) error {
+		received = append(received, token)
+		return nil
+	})
+	check(n == 12 && err == nil, "Generate's count: %d, %v", n, err)
+	check(pushed.StopReason() == photon.StopLength, "stop: %v", pushed.StopReason())
+	streamed := pull(pulled, 12)
+	check(reflect.DeepEqual(ids(received), ids(streamed)), "callback and iterator tokens")
+	check(reflect.DeepEqual(must(pushed.History()), must(pulled.History())), "same history")
+	var text strings.Builder
+	for _, token := range received {
+		text.WriteString(token.Piece)
+		check(token.Logprob <= 0, "log probability")
+	}
+	check(must(model.Detokenize(must(pushed.History()))) == prompt+text.String(), "pieces")
+	check(len(pull(pulled, 0)) == 0, "an empty budget")
+}
+
+func testCancel(model *photon.Model) {
+	session := prompted(model)
+	defer session.Close()
+	start := session.Position()
+	seen := 0
+	n, err := session.Generate(10, func(photon.Token) error {
+		if seen++; seen == 3 {
+			return photon.ErrStop
+		}
+		return nil
+	})
+	check(n == 3 && err == nil && session.StopReason() == photon.StopCallback,
+		"ErrStop stops: %d, %v, %v", n, err, session.StopReason())
+	check(session.Position() == start+3, "the stopping token is kept")
+	n, err = session.Generate(10, func(photon.Token) error {
+		session.Cancel()
+		return nil
+	})
+	check(err == nil && session.StopReason() == photon.StopCancelled && n >= 1 && n < 10,
+		"Cancel from the callback: %d, %v", n, session.StopReason())
+}
+
+var errCallback = errors.New("stop here")
+
+func testCallbackErrors(model *photon.Model) {
+	session := prompted(model)
+	defer session.Close()
+	start := session.Position()
+	seen := 0
+	n, err := session.Generate(10, func(photon.Token) error {
+		if seen++; seen == 2 {
+			return fmt.Errorf("callback: %w", errCallback)
+		}
+		return nil
+	})
+	check(errors.Is(err, errCallback) && n == 2, "the callback's error is returned: %d, %v", n, err)
+	check(session.Position() == start+2 && session.StopReason() == photon.StopCallback,
+		"generation stopped at the error")
+
+	recovered := func() (value interface{}) {
+		defer func() { value = recover() }()
+		_, _ = session.Generate(10, func(photon.Token) error { panic("callback panic") })
+		return nil
+	}()
+	check(recovered == "callback panic", "a callback's panic reaches the caller: %v", recovered)
+	check(session.Position() == start+3, "generation stopped at the panic")
+	n, err = session.Generate(2, nil)
+	check(n == 2 && err == nil, "the session stays usable")
+}
+
+func testBatch(model *photon.Model) {
+	solo := prompted(model)
+	expected := ids(pull(solo, 6))
+	solo.Close()
+	first, second := prompted(model), prompted(model)
+	defer first.Close()
+	defer second.Close()
+	received := [2][]int32{}
+	counts, err := photon.GenerateBatch([]*photon.Session{first, second}, 6,
+		func(index int, token photon.Token) error {
+			received[index] = append(received[index], token.ID)
+			return nil
+		})
+	check(err == nil && reflect.DeepEqual(counts, []int{6, 6}) &&
+		reflect.DeepEqual(received[0], expected) && reflect.DeepEqual(received[1], expected),
+		"a batch gives each session its own tokens: %v %v", counts, err)
+	counts, err = photon.GenerateBatch([]*photon.Session{first, second}, 4,
+		func(index int, token photon.Token) error {
+			if index == 0 {
+				return photon.ErrStop
+			}
+			return nil
+		})
+	check(err == nil && reflect.DeepEqual(counts, []int{1, 4}) &&
+		first.StopReason() == photon.StopCallback, "ErrStop stops one session: %v", counts)
+	counts, err = photon.GenerateBatch([]*photon.Session{first, second}, 2, nil)
+	check(err == nil && reflect.DeepEqual(counts, []int{2, 2}), "without a callback: %v", counts)
+}
+
+func testErrors(model *photon.Model, modelPath, workdir string) {
+	missing := filepath.Join(workdir, "missing.photon")
+	_, err := photon.Load(missing)
+	check(strings.Contains(expectError(err, "missing file", "PHOTON_ERR_IO").Message, missing),
+		"the message names the file")
+
+	data := must(os.ReadFile(modelPath))
+	truncated := filepath.Join(workdir, "truncated.photon")
+	check(os.WriteFile(truncated, data[:len(data)/2], 0o644) == nil, "write")
+	_, err = photon.Load(truncated)
+	check(strings.Contains(expectError(err, "truncated", "PHOTON_ERR_TRUNCATED").Message, truncated),
+		"the message names the file")
+	garbled := filepath.Join(workdir, "garbled.photon")
+	data[100] ^= 0xFF
+	check(os.WriteFile(garbled, data, 0o644) == nil, "write")
+	_, err = photon.Load(garbled)
+	expectError(err, "damaged header", "PHOTON_ERR_CORRUPT")
+
+	_, err = model.RestoreSession(bytes.Repeat([]byte("not a session state "), 8))
+	expectError(err, "restore of garbage",
+		"PHOTON_ERR_BAD_IDENTIFIER", "PHOTON_ERR_TRUNCATED", "PHOTON_ERR_CORRUPT")
+	session := must(model.NewSession(nil))
+	expectError(session.Prefill([]int32{int32(model.VocabSize())}), "bad token",
+		"PHOTON_ERR_BAD_TOKEN")
+	check(session.Close() == nil && session.Close() == nil, "Close is idempotent")
+	_, err = session.Generate(1, nil)
+	check(errors.Is(err, photon.ErrClosed), "use after Close: %v", err)
+}
+
+func testSaveRestore(model *photon.Model, workdir string) {
+	session := prompted(model)
+	_, err := session.Generate(6, nil)
+	check(err == nil, "generate")
+	state := must(session.Save())
+	path := filepath.Join(workdir, "go.state")
+	check(session.SaveFile(path) == nil, "SaveFile")
+	history := must(session.History())
+	expected := ids(pull(session, 8))
+	session.Close()
+	check(len(state) > 0, "Save gives bytes")
+
+	for _, restored := range []*photon.Session{
+		must(model.RestoreSession(state)), must(model.RestoreSessionFile(path)),
+	} {
+		check(reflect.DeepEqual(must(restored.History()), history), "the restored history")
+		check(reflect.DeepEqual(ids(pull(restored, 8)), expected), "the restored continuation")
+		restored.Close()
+	}
+	restored := must(model.RestoreSession(state))
+	defer restored.Close()
+	check(restored.SetSampler(photon.SessionOptions{}) == nil, "SetSampler")
+	n, err := restored.Generate(2, nil)
+	check(n == 2 && err == nil && restored.Mode() != photon.ModeAuto, "a restored session")
+}
+
+func rssMB() float64 {
+	for _, line := range strings.Split(string(must(os.ReadFile("/proc/self/status"))), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			kb := must(strconv.Atoi(strings.Fields(line)[1]))
+			return float64(kb) / 1024
+		}
+	}
+	panic("no VmRSS")
+}
+
+func churn(modelPath string, iteration int, close bool) {
+	model := must(photon.Load(modelPath))
+	options := photon.SessionOptions{ContextLength: 256, Seed: uint64(iteration)}
+	session := must(model.NewSession(&options))
+	check(session.Prefill([]int32{int32(model.BOS())}) == nil, "prefill")
+	_, err := session.Generate(1, nil)
+	check(err == nil, "generate")
+	restored := must(model.RestoreSession(must(session.Save())))
+	check(len(pull(restored, 1)) == 1, "a restored token")
+	if close { // in a different order each time: a session keeps its model alive
+		all := []interface{ Close() error }{model, session, restored}
+		all[iteration%3].Close()
+		for _, item := range all {
+			item.Close()
+		}
+	}
+}
+
+func testMemory(modelPath string) {
+	for i := 0; i < warmup; i++ {
+		churn(modelPath, i, true)
+	}
+	runtime.GC()
+	baseline := rssMB()
+	for i := 0; i < loops; i++ {
+		churn(modelPath, i, true)
+	}
+	closed := rssMB()
+	for i := 0; i < lateLoops; i++ { // nothing closed: finalizers release the objects
+		churn(modelPath, i, false)
+		if i%10 == 0 {
+			runtime.GC()
+		}
+	}
+	// Finalizers run on their own goroutine after a collection: give them a few rounds.
+	for i := 0; i < 10; i++ {
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond)
+	}
+	late := rssMB()
+	fmt.Printf("rss: %.1f MB after warm-up, %.1f MB after %d closed loops, %.1f MB after %d "+
+		"collected ones\n", baseline, closed, loops, late, lateLoops)
+	check(closed-baseline < closedBoundMB && late-baseline < lateBoundMB, "memory grows")
+}
+
+func writeContinuation(session *photon.Session, out string) {
+	var text []string
+	for _, id := range ids(pull(session, 8)) {
+		text = append(text, strconv.Itoa(int(id)))
+	}
+	check(os.WriteFile(out, []byte(strings.Join(text, " ")+"\n"), 0o644) == nil, "write %s", out)
+}
+
+func main() {
+	mode, modelPath := os.Args[1], os.Args[2]
+	switch mode {
+	case "test":
+		workdir := os.Args[3]
+		check(os.MkdirAll(workdir, 0o755) == nil, "workdir")
+		model := must(photon.Load(modelPath))
+		defer model.Close()
+		for _, test := range []struct {
+			name string
+			run  func()
+		}{
+			{"testModel", func() { testModel(model) }},
+			{"testStreaming", func() { testStreaming(model) }},
+			{"testCancel", func() { testCancel(model) }},
+			{"testCallbackErrors", func() { testCallbackErrors(model) }},
+			{"testBatch", func() { testBatch(model) }},
+			{"testErrors", func() { testErrors(model, modelPath, workdir) }},
+			{"testSaveRestore", func() { testSaveRestore(model, workdir) }},
+		} {
+			test.run()
+			fmt.Println("ok", test.name)
+		}
+	case "memory":
+		testMemory(modelPath)
+	case "save":
+		model := must(photon.Load(modelPath))
+		defer model.Close()
+		session := prompted(model)
+		defer session.Close()
+		_, err := session.Generate(5, nil)
+		check(err == nil && session.SaveFile(os.Args[3]) == nil, "save: %v", err)
+		writeContinuation(session, os.Args[4])
+	case "restore":
+		model := must(photon.Load(modelPath))
+		defer model.Close()
+		session := must(model.RestoreSessionFile(os.Args[3]))
+		defer session.Close()
+		writeContinuation(session, os.Args[4])
+	default:
+		fmt.Fprintln(os.Stderr, "unknown mode", mode)
+		os.Exit(2)
+	}
+}

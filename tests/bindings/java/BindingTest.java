@@ -1,0 +1,308 @@
+// Tests of the Java binding, run by ctest against photon.jar. Same modes as the other languages'
+// binding tests (see tests/bindings/python/binding_test.py):
+//   BindingTest test MODEL WORKDIR | memory MODEL | save MODEL STATE OUT | restore MODEL STATE OUT
+import com.photon.Mode;
+import com.photon.Model;
+import com.photon.PhotonException;
+import com.photon.Session;
+import com.photon.SessionOptions;
+import com.photon.StopReason;
+import com.photon.Token;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.stream.Collectors;
+
+public final class BindingTest {
+  static final String PROMPT = "In the beginning God created the heaven and the earth.";
+  static final int WARMUP = 20;
+  static final int LOOPS = 200;
+  static final int LATE_LOOPS = 100;
+  // RSS growth allowed over the loops, far below a leak's: a model kept alive holds ~30 MB.
+  static final double CLOSED_BOUND_MB = 64;
+  static final double LATE_BOUND_MB = 128;
+
+  static final class CallbackFailure extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    CallbackFailure(String message) {
+      super(message);
+    }
+  }
+
+  interface Call {
+    void run() throws Exception;
+  }
+
+  static void check(boolean condition, String what) {
+    if (!condition) throw new AssertionError(what);
+  }
+
+  static SessionOptions sampling() {
+    return new SessionOptions().setTemperature(0.8f).setSeed(42);
+  }
+
+  static Session prompted(Model model) {
+    try (SessionOptions options = sampling()) {
+      Session session = new Session(model, options);
+      session.prefill(PROMPT);
+      return session;
+    }
+  }
+
+  static PhotonException expectError(Call call, String what, String... statusNames) {
+    try {
+      call.run();
+    } catch (PhotonException e) {
+      check(Arrays.asList(statusNames).contains(e.getStatusName()),
+          what + ": expected " + Arrays.toString(statusNames) + ", got " + e.getStatusName()
+              + ": " + e.getMessage());
+      check(e.getStatus() > 0, what + ": status " + e.getStatus());
+      return e;
+    } catch (Exception e) {
+      throw new AssertionError(what + ": unexpected " + e, e);
+    }
+    throw new AssertionError(what + ": no PhotonException thrown");
+  }
+
+  static List<Integer> ids(List<Token> tokens) {
+    return tokens.stream().map(Token::id).collect(Collectors.toList());
+  }
+
+  static void testModel(Model model) {
+    check(model.vocabSize() > 0 && model.levels() >= 0, "model properties");
+    check(model.arch().equals("photon") || model.arch().equals("vanilla"), model.arch());
+    check(model.configJson().contains("\"vocab_size\""), "config");
+    int[] ids = model.tokenize(PROMPT);
+    check(ids[0] == model.bos() && model.detokenize(ids).equals(PROMPT), "tokenize round trip");
+    check(Model.version().split("\\.").length == 3, "version");
+  }
+
+  static void testStreaming(Model model) {
+    try (Session pushed = prompted(model); Session pulled = prompted(model)) {
+      List<Token> received = new ArrayList<>();
+      check(pushed.generate(12, token -> received.add(token)) == 12, "generate's count");
+      check(pushed.stopReason() == StopReason.LENGTH, "stop: " + pushed.stopReason());
+      List<Token> streamed = new ArrayList<>();
+      for (Token token : pulled.tokens(12)) streamed.add(token);
+      check(ids(received).equals(ids(streamed)), "callback and iterator produce the same tokens");
+      check(Arrays.equals(pushed.history(), pulled.history()), "same history");
+      String text = received.stream().map(Token::piece).collect(Collectors.joining());
+      check(model.detokenize(pushed.history()).equals(PROMPT + text), "pieces: " + text);
+      check(received.stream().allMatch(t -> t.logprob() <= 0), "log probabilities");
+      check(pulled.stream(3).count() == 3 && pulled.stream(0).count() == 0, "stream budgets");
+    }
+  }
+
+  static void testCancel(Model model) {
+    try (Session session = prompted(model)) {
+      int start = session.position();
+      List<Token> seen = new ArrayList<>();
+      int count = session.generate(10, token -> seen.add(token) && seen.size() < 3);
+      check(count == 3 && session.stopReason() == StopReason.CALLBACK,
+          "returning false stops: " + count + ", " + session.stopReason());
+      check(session.position() == start + 3, "the stopping token is kept");
+      count = session.generate(10, token -> {
+        session.cancel();
+        return true;
+      });
+      check(session.stopReason() == StopReason.CANCELLED && count >= 1 && count < 10,
+          "cancel() from the callback: " + count + ", " + session.stopReason());
+    }
+  }
+
+  static void testCallbackException(Model model) {
+    try (Session session = prompted(model)) {
+      int start = session.position();
+      List<Token> seen = new ArrayList<>();
+      try {
+        session.generate(10, token -> {
+          seen.add(token);
+          if (seen.size() == 2) throw new CallbackFailure("stop here");
+          return true;
+        });
+        throw new AssertionError("the callback's exception was swallowed");
+      } catch (CallbackFailure e) {
+        check(e.getMessage().equals("stop here"), "the very exception reaches the caller");
+      }
+      check(session.position() == start + 2 && session.stopReason() == StopReason.CALLBACK,
+          "generation stopped at the exception");
+      check(session.generate(2) == 2, "the session stays usable");
+    }
+  }
+
+  static void testBatch(Model model) {
+    List<Integer> expected;
+    try (Session solo = prompted(model)) {
+      expected = solo.stream(6).map(Token::id).collect(Collectors.toList());
+    }
+    try (Session first = prompted(model); Session second = prompted(model)) {
+      List<List<Integer>> received = List.of(new ArrayList<>(), new ArrayList<>());
+      int[] counts = Session.generateBatch(List.of(first, second), 6,
+          (index, token) -> received.get(index).add(token.id()));
+      check(Arrays.equals(counts, new int[] {6, 6}) && received.get(0).equals(expected)
+          && received.get(1).equals(expected), "a batch gives each session its own tokens");
+      counts = Session.generateBatch(List.of(first, second), 4, (index, token) -> index == 1);
+      check(Arrays.equals(counts, new int[] {1, 4}) && first.stopReason() == StopReason.CALLBACK,
+          "false stops one session of the batch: " + Arrays.toString(counts));
+      counts = Session.generateBatch(List.of(first, second), 2, null);
+      check(Arrays.equals(counts, new int[] {2, 2}), "without a callback");
+    }
+  }
+
+  static void testErrors(Model model, Path modelPath, Path workdir) throws IOException {
+    String missing = workdir.resolve("missing.photon").toString();
+    PhotonException e = expectError(() -> new Model(missing), "missing file", "PHOTON_ERR_IO");
+    check(e.getMessage().contains(missing), "the message names the file: " + e.getMessage());
+
+    byte[] data = Files.readAllBytes(modelPath);
+    Path truncated = workdir.resolve("truncated.photon");
+    Files.write(truncated, Arrays.copyOf(data, data.length / 2));
+    e = expectError(() -> new Model(truncated.toString()), "truncated", "PHOTON_ERR_TRUNCATED");
+    check(e.getMessage().contains(truncated.toString()), "the message names the file");
+    Path garbled = workdir.resolve("garbled.photon");
+    data[100] ^= (byte) 0xFF;
+    Files.write(garbled, data);
+    expectError(() -> new Model(garbled.toString()), "damaged header", "PHOTON_ERR_CORRUPT");
+
+    byte[] garbage = "not a session state ".repeat(8).getBytes(StandardCharsets.UTF_8);
+    expectError(() -> Session.restore(model, garbage), "restore of garbage",
+        "PHOTON_ERR_BAD_IDENTIFIER", "PHOTON_ERR_TRUNCATED", "PHOTON_ERR_CORRUPT");
+    Session closed;
+    try (Session session = new Session(model)) {
+      expectError(() -> session.prefill(new int[] {model.vocabSize()}), "bad token",
+          "PHOTON_ERR_BAD_TOKEN");
+      closed = session;
+    }
+    try {
+      closed.generate(1);
+      throw new AssertionError("use after close");
+    } catch (IllegalStateException expected) {
+      check(expected.getMessage().contains("closed"), expected.getMessage());
+    }
+    closed.close(); // idempotent
+  }
+
+  static void testSaveRestore(Model model, Path workdir) {
+    byte[] state;
+    int[] history;
+    List<Integer> expected;
+    Path path = workdir.resolve("java.state");
+    try (Session session = prompted(model)) {
+      session.generate(6);
+      state = session.save();
+      session.saveFile(path.toString());
+      history = session.history();
+      expected = session.stream(8).map(Token::id).collect(Collectors.toList());
+    }
+    check(state.length > 0, "save() gives bytes");
+    for (Session restored :
+        List.of(Session.restore(model, state), Session.restoreFile(model, path.toString()))) {
+      try (restored) {
+        check(Arrays.equals(restored.history(), history), "the restored history");
+        check(restored.stream(8).map(Token::id).collect(Collectors.toList()).equals(expected),
+            "the restored continuation");
+      }
+    }
+    try (Session restored = Session.restore(model, state);
+        SessionOptions greedy = new SessionOptions()) {
+      restored.setSampler(greedy);
+      check(restored.generate(2) == 2 && restored.mode() != Mode.AUTO, "a restored session");
+    }
+  }
+
+  static double rssMb() throws IOException {
+    for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
+      if (line.startsWith("VmRSS:")) return Long.parseLong(line.replaceAll("[^0-9]", "")) / 1024.0;
+    }
+    throw new AssertionError("no VmRSS");
+  }
+
+  static void churn(String modelPath, int iteration, boolean close) {
+    Model model = new Model(modelPath);
+    SessionOptions small = new SessionOptions().setContextLength(256).setSeed(iteration);
+    Session session = new Session(model, small);
+    session.prefill(new int[] {model.bos()});
+    session.generate(1);
+    Session restored = Session.restore(model, session.save());
+    check(restored.tokens(1).iterator().hasNext(), "a restored token");
+    if (close) { // in a different order each time: a session keeps its model alive
+      List<AutoCloseable> all = List.of(model, session, restored, small);
+      try {
+        all.get(iteration % 3).close();
+        for (AutoCloseable item : all) item.close();
+      } catch (Exception e) {
+        throw new AssertionError(e);
+      }
+    }
+  }
+
+  static void testMemory(String modelPath) throws IOException {
+    for (int i = 0; i < WARMUP; ++i) churn(modelPath, i, true);
+    System.gc();
+    double baseline = rssMb();
+    for (int i = 0; i < LOOPS; ++i) churn(modelPath, i, true);
+    double closed = rssMb();
+    for (int i = 0; i < LATE_LOOPS; ++i) { // nothing closed: finalizers release the objects
+      churn(modelPath, i, false);
+      if (i % 10 == 0) System.gc();
+    }
+    System.gc();
+    System.runFinalization();
+    double late = rssMb();
+    System.out.printf("rss: %.1f MB after warm-up, %.1f MB after %d closed loops, %.1f MB after"
+        + " %d collected ones%n", baseline, closed, LOOPS, late, LATE_LOOPS);
+    check(closed - baseline < CLOSED_BOUND_MB && late - baseline < LATE_BOUND_MB, "memory grows");
+  }
+
+  static void writeContinuation(Session session, String out) throws IOException {
+    String ids = session.stream(8).map(t -> Integer.toString(t.id()))
+        .collect(Collectors.joining(" "));
+    Files.writeString(Path.of(out), ids + "\n");
+  }
+
+  public static void main(String[] args) throws IOException {
+    String mode = args[0];
+    String modelPath = args[1];
+    switch (mode) {
+      case "test" -> {
+        Path workdir = Files.createDirectories(Path.of(args[2]));
+        try (Model model = new Model(modelPath)) {
+          testModel(model);
+          System.out.println("ok testModel");
+          testStreaming(model);
+          System.out.println("ok testStreaming");
+          testCancel(model);
+          System.out.println("ok testCancel");
+          testCallbackException(model);
+          System.out.println("ok testCallbackException");
+          testBatch(model);
+          System.out.println("ok testBatch");
+          testErrors(model, Path.of(modelPath), workdir);
+          System.out.println("ok testErrors");
+          testSaveRestore(model, workdir);
+          System.out.println("ok testSaveRestore");
+        }
+      }
+      case "memory" -> testMemory(modelPath);
+      case "save" -> {
+        try (Model model = new Model(modelPath); Session session = prompted(model)) {
+          session.generate(5);
+          session.saveFile(args[2]);
+          writeContinuation(session, args[3]);
+        }
+      }
+      case "restore" -> {
+        try (Model model = new Model(modelPath);
+            Session session = Session.restoreFile(model, args[2])) {
+          writeContinuation(session, args[3]);
+        }
+      }
+      default -> throw new IllegalArgumentException("unknown mode " + mode);
+    }
+  }
+}
