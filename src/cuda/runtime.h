@@ -1,0 +1,101 @@
+// The CUDA backend's device runtime: error conversion, device selection with one stream, and CUDA
+// graph capture. Every CUDA or cuBLAS failure becomes photon::Error, never an abort:
+// PHOTON_ERR_OUT_OF_MEMORY for allocation failures, PHOTON_ERR_DEVICE for everything else, with
+// the failing call and the runtime's own message.
+//
+// Kernels run asynchronously: a fault inside one is reported by the next call that checks (a later
+// launch, a copy back to the host, Device::synchronize), and it leaves the CUDA context unusable.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "core/error.h"
+
+namespace photon::cuda {
+
+// Throws photon::Error when status is not success; `call` names what failed.
+void check_cuda(cudaError_t status, std::string_view call);
+void check_cublas(cublasStatus_t status, std::string_view call);
+// After a kernel launch: reports a bad launch configuration or an earlier asynchronous fault.
+void check_launch(std::string_view kernel);
+
+#define PHOTON_CUDA_CHECK(call) ::photon::cuda::check_cuda((call), #call)
+#define PHOTON_CUBLAS_CHECK(call) ::photon::cuda::check_cublas((call), #call)
+
+// Number of usable CUDA devices. Never throws: without a driver or a device it returns 0 and, when
+// `reason` is given, says why (for test skips and error messages).
+int device_count(std::string* reason = nullptr);
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  int major = 0, minor = 0;  // compute capability
+  int multiprocessors = 0;
+  size_t memory_bytes = 0;
+  size_t l2_bytes = 0;
+  size_t shared_per_block_optin = 0;  // the most dynamic shared memory a block may opt into
+};
+
+// One GPU and the stream that every op of a session group is issued on. Selecting the device is
+// per host thread in CUDA: call make_current() on a thread before issuing work from it.
+class Device {
+ public:
+  // Fails with PHOTON_ERR_DEVICE when the ordinal has no device or the device is older than
+  // compute capability 8.0 (the backend is built for sm_80 and sm_90).
+  explicit Device(int ordinal = 0);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const DeviceInfo& info() const { return info_; }
+  cudaStream_t stream() const { return stream_; }
+  void make_current() const;
+  // Waits for all work on the stream; an asynchronous fault surfaces here as photon::Error.
+  void synchronize() const;
+
+ private:
+  DeviceInfo info_;
+  cudaStream_t stream_ = nullptr;
+};
+
+// Records the work that `record` issues on a stream into a CUDA graph, replayed by launch() with
+// the same pointers and sizes. Recording performs no work. If `record` throws, the capture is
+// abandoned and the stream is usable again.
+class Graph {
+ public:
+  Graph() = default;
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  template <class Record>
+  void capture(cudaStream_t stream, Record&& record) {
+    begin(stream);
+    try {
+      record();
+    } catch (...) {
+      abandon();
+      throw;
+    }
+    end();
+  }
+  void launch(cudaStream_t stream) const;
+  bool ready() const { return exec_ != nullptr; }
+
+ private:
+  void begin(cudaStream_t stream);
+  void end();
+  void abandon() noexcept;
+  void reset() noexcept;
+
+  cudaStream_t stream_ = nullptr;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+}  // namespace photon::cuda
