@@ -1,0 +1,249 @@
+"""Evaluation through the SDK: every number comes from the `photon` CLI or libphoton itself.
+
+    PYTHONPATH=python:. /usr/bin/python3 -m training.evaluate --photon build/bin/photon \
+        --corpus out/train/corpus --runs out/train/runs \
+        --model photon-a03=out/train/models/photon-a03.photon ... --out out/train/eval.json
+
+For each model:
+- test perplexity: `photon score -m M -f SEGMENT --json` on every line of test-segments.txt (each a
+  file without a trailing newline); perplexity = exp(sum of NLL / sum of predicted tokens);
+- for PHOTON with L >= 2: greedy agreement of RecGen with HierGen, `photon generate --tokens PROMPT
+  -n 64 --ignore-eos --json --mode hiergen|recgen`, the prompts being the first `prompt_tokens`
+  tokens (BOS included) of the test segments: the fraction of identical tokens position by position,
+  the share of continuations identical throughout, and the mean length of the common prefix;
+- decode throughput and KV bytes through libphoton (ctypes, next to the CLI in build/lib): prefill
+  of the first prompt, then generation to the full context with EOS ignored, one BLAS thread;
+  tokens/s is the best of `repeats`; KV bytes is photon_session_kv_bytes summed over levels at the
+  end;
+- the final recursive loss and token losses from the run's log (training.train).
+"""
+
+import argparse
+import ctypes
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+def run_cli(photon, args):
+    result = subprocess.run([str(photon), *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"evaluate: photon {' '.join(args)} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def last_json_line(stdout):
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_perplexity(photon, model, segments):
+    nll, predicted = 0.0, 0
+    with tempfile.TemporaryDirectory(prefix="photon-eval-") as tmp:
+        path = pathlib.Path(tmp) / "segment.txt"
+        for text in segments:
+            path.write_text(text, encoding="utf-8")
+            out = last_json_line(run_cli(photon, ["score", "-m", str(model), "-f", str(path),
+                                                  "--json"]))
+            nll += out["nll"]
+            predicted += len(out["tokens"]) - 1
+    return {"perplexity": math.exp(nll / predicted), "nll_per_token": nll / predicted,
+            "tokens_predicted": predicted, "segments": len(segments)}
+
+
+def generate_tokens(photon, model, prompt, n, mode):
+    args = ["generate", "-m", str(model), "--tokens", ",".join(map(str, prompt)), "-n", str(n),
+            "--mode", mode, "--ignore-eos", "--json"]
+    return last_json_line(run_cli(photon, args))["tokens"]
+
+
+def agreement(photon, model, prompts, n):
+    same, identical, prefix = 0, 0, 0
+    for prompt in prompts:
+        hier = generate_tokens(photon, model, prompt, n, "hiergen")
+        rec = generate_tokens(photon, model, prompt, n, "recgen")
+        if len(hier) != n or len(rec) != n:
+            raise SystemExit(f"evaluate: expected {n} tokens, got {len(hier)} / {len(rec)}")
+        matches = [a == b for a, b in zip(hier, rec)]
+        same += sum(matches)
+        identical += all(matches)
+        prefix += matches.index(False) if not all(matches) else n
+    return {"token_agreement": same / (n * len(prompts)),
+            "identical_continuations": identical / len(prompts),
+            "mean_common_prefix": prefix / len(prompts), "prompts": len(prompts),
+            "prompt_tokens": len(prompts[0]), "continuation_tokens": n}
+
+
+class Library:
+    """The few libphoton calls the throughput measurement needs."""
+
+    HIERGEN, RECGEN = 1, 2
+
+    def __init__(self, path):
+        lib = ctypes.CDLL(str(path))
+        p = ctypes.c_void_p
+        lib.photon_last_error.restype = ctypes.c_char_p
+        lib.photon_model_load.argtypes = [ctypes.c_char_p, p, ctypes.POINTER(p)]
+        lib.photon_model_free.argtypes = [p]
+        lib.photon_model_levels.argtypes = [p]
+        lib.photon_model_parameter_count.argtypes = [p]
+        lib.photon_model_parameter_count.restype = ctypes.c_uint64
+        lib.photon_session_options_create.argtypes = [ctypes.POINTER(p)]
+        lib.photon_session_options_free.argtypes = [p]
+        lib.photon_session_options_set_mode.argtypes = [p, ctypes.c_int]
+        lib.photon_session_options_set_ignore_eos.argtypes = [p, ctypes.c_int]
+        lib.photon_session_create.argtypes = [p, p, ctypes.POINTER(p)]
+        lib.photon_session_free.argtypes = [p]
+        lib.photon_session_prefill.argtypes = [p, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t]
+        lib.photon_session_generate.argtypes = [p, ctypes.c_int32, p, p,
+                                                ctypes.POINTER(ctypes.c_int32)]
+        lib.photon_session_kv_bytes.argtypes = [p, ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64),
+                                                ctypes.POINTER(ctypes.c_uint64)]
+        self.lib = lib
+
+    def check(self, status, what):
+        if status != 0:
+            raise SystemExit(f"evaluate: {what}: {self.lib.photon_last_error().decode()}")
+
+    def decode(self, model_path, prompt, n, mode, repeats):
+        """(best tokens/s, KV bytes at the end) of generating n tokens after prompt."""
+        lib, p = self.lib, ctypes.c_void_p
+        model = p()
+        self.check(lib.photon_model_load(str(model_path).encode(), None, ctypes.byref(model)),
+                   f"load {model_path}")
+        levels = max(1, lib.photon_model_levels(model))
+        options = p()
+        self.check(lib.photon_session_options_create(ctypes.byref(options)), "options")
+        self.check(lib.photon_session_options_set_mode(options, mode), "mode")
+        self.check(lib.photon_session_options_set_ignore_eos(options, 1), "ignore_eos")
+        ids = (ctypes.c_int32 * len(prompt))(*prompt)
+        best, kv = 0.0, 0
+        try:
+            for _ in range(repeats):
+                session = p()
+                self.check(lib.photon_session_create(model, options, ctypes.byref(session)),
+                           "session")
+                try:
+                    self.check(lib.photon_session_prefill(session, ids, len(prompt)), "prefill")
+                    generated = ctypes.c_int32()
+                    start = time.perf_counter()
+                    self.check(lib.photon_session_generate(session, n, None, None,
+                                                           ctypes.byref(generated)), "generate")
+                    seconds = time.perf_counter() - start
+                    if generated.value != n:
+                        raise SystemExit(f"evaluate: generated {generated.value} of {n} tokens")
+                    best = max(best, n / seconds)
+                    kv = 0
+                    for level in range(1, levels + 1):
+                        encoder, window = ctypes.c_uint64(), ctypes.c_uint64()
+                        self.check(lib.photon_session_kv_bytes(session, level,
+                                                               ctypes.byref(encoder),
+                                                               ctypes.byref(window)), "kv_bytes")
+                        kv += encoder.value + window.value
+                finally:
+                    lib.photon_session_free(session)
+        finally:
+            lib.photon_session_options_free(options)
+            lib.photon_model_free(model)
+        return {"tokens_per_s": best, "kv_bytes": kv, "prompt_tokens": len(prompt),
+                "generated_tokens": n}
+
+
+def training_summary(run_dir, tail=50):
+    """Final losses from the run's log: the last validation pass and the mean of the last `tail`
+    training steps."""
+    records = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    valid = [r for r in records if r["kind"] == "valid"]
+    last = train[-tail:]
+    summary = {"steps": train[-1]["step"], "tokens": train[-1]["tokens"],
+               "train_seconds": train[-1]["elapsed"],
+               "train_token_loss": float(np.mean([r["token_loss"] for r in last])),
+               "valid_token_loss": valid[-1]["token_loss"] if valid else None}
+    if train[-1]["rec_loss"]:
+        summary["train_rec_loss"] = [float(np.mean([r["rec_loss"][i] for r in last]))
+                                     for i in range(len(train[-1]["rec_loss"]))]
+        summary["valid_rec_loss"] = valid[-1]["rec_loss"] if valid else None
+    run = json.loads((run_dir / "run.json").read_text())
+    summary["alpha"] = run["train"]["alpha"]
+    summary["parameters"] = run["parameters"]
+    return summary
+
+
+def prompts_from(corpus, segments, prompt_tokens):
+    """BOS + the first prompt_tokens - 1 tokens of each test segment (those long enough)."""
+    out = subprocess.run(["spm_encode", f"--model={corpus / 'tokenizer.model'}",
+                          "--output_format=id"], input="\n".join(segments) + "\n",
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    prompts = []
+    for line in out:
+        ids = [int(t) for t in line.split()]
+        if len(ids) >= prompt_tokens - 1:
+            prompts.append([1] + ids[:prompt_tokens - 1])
+    return prompts
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="training.evaluate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--photon", default="build/bin/photon", help="the photon CLI")
+    parser.add_argument("--lib", help="libphoton.so (default: ../lib/libphoton.so of the CLI)")
+    parser.add_argument("--corpus", default="out/train/corpus", type=pathlib.Path)
+    parser.add_argument("--runs", default="out/train/runs", type=pathlib.Path,
+                        help="training.train run directories, named as the models")
+    parser.add_argument("--model", action="append", required=True, metavar="NAME=FILE",
+                        help="a model to evaluate (repeatable); NAME picks its run directory")
+    parser.add_argument("--prompt-tokens", type=int, default=32)
+    parser.add_argument("--continuation", type=int, default=64)
+    parser.add_argument("--prompts", type=int, default=0, help="at most this many (0: all)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--out", default="out/train/eval.json", type=pathlib.Path)
+    args = parser.parse_args(argv)
+
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"  # before libphoton (and OpenBLAS) is loaded
+    photon = pathlib.Path(args.photon)
+    lib = None if args.skip_throughput else Library(
+        args.lib or photon.resolve().parent.parent / "lib" / "libphoton.so")
+    segments = (args.corpus / "test-segments.txt").read_text(encoding="utf-8").splitlines()
+    prompts = prompts_from(args.corpus, segments, args.prompt_tokens)
+    if args.prompts:
+        prompts = prompts[:args.prompts]
+    context = args.prompt_tokens + 224  # decode to a 256-token context
+    results = json.loads(args.out.read_text()) if args.out.exists() else {}
+    for spec in args.model:
+        name, _, path = spec.partition("=")
+        model = pathlib.Path(path)
+        print(f"evaluate: {name} ({model})", file=sys.stderr)
+        info = json.loads(run_cli(photon, ["inspect", str(model), "--json"]))
+        config = info.get("config", {})
+        levels = len(config.get("levels", [])) if config.get("arch") == "photon" else 0
+        result = {"file": str(model), "arch": config.get("arch"), "levels": levels,
+                  "parameters": info.get("parameters"),
+                  "test": test_perplexity(photon, model, segments)}
+        run_dir = args.runs / name
+        if (run_dir / "log.jsonl").exists():
+            result["training"] = training_summary(run_dir)
+        if levels >= 2:
+            result["agreement"] = agreement(photon, model, prompts, args.continuation)
+        if lib is not None:
+            modes = {"hiergen": Library.HIERGEN}
+            if levels >= 2:
+                modes["recgen"] = Library.RECGEN
+            result["decode"] = {mode: lib.decode(model, prompts[0], context - len(prompts[0]),
+                                                 value, args.repeats)
+                                for mode, value in modes.items()}
+        results[name] = result
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
+        print(json.dumps({name: result}), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Export: a trained model to config.json + weights.npz (spec section 8), then to .photon.
+
+    PYTHONPATH=python:. /usr/bin/python3 -m training.export --run out/train/photon-a03 \
+        --photon build/bin/photon --tokenizer out/train/corpus/tokenizer.model \
+        --dtype f16 -o models/photon-kjv.photon
+
+writes RUN/final/config.json and weights.npz from RUN/checkpoint.pt if they are missing, then runs
+`photon convert` on them (the tokenizer is embedded in the model file).
+"""
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+from photon_ref.model import Config
+
+
+def write_interchange(model, model_json, directory):
+    """directory/config.json and directory/weights.npz (float32, spec section 6 names)."""
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(model_json, indent=1) + "\n")
+    weights = {name: t.detach().to(torch.float32).numpy() for name, t in
+               model.state_dict().items()}
+    np.savez(directory / "weights.npz", **weights)
+
+
+def export_checkpoint(run_dir):
+    """RUN/final from RUN/checkpoint.pt (for a run stopped before its budget was spent)."""
+    from training.model import build_train_model
+    run_dir = pathlib.Path(run_dir)
+    model_json = json.loads((run_dir / "run.json").read_text())["model"]
+    model = build_train_model(Config.from_json(model_json))
+    model.load_state_dict(torch.load(run_dir / "checkpoint.pt")["model"])
+    write_interchange(model, model_json, run_dir / "final")
+
+
+def convert(photon, final_dir, tokenizer, output, dtype):
+    final_dir = pathlib.Path(final_dir)
+    pathlib.Path(output).parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([str(photon), "convert", "--config", str(final_dir / "config.json"),
+                    "--weights", str(final_dir / "weights.npz"), "--tokenizer", str(tokenizer),
+                    "--dtype", dtype, "-o", str(output)], check=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="training.export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", required=True, help="run directory of training.train")
+    parser.add_argument("--photon", default="build/bin/photon", help="the photon CLI")
+    parser.add_argument("--tokenizer", default="out/train/corpus/tokenizer.model")
+    parser.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"])
+    parser.add_argument("-o", "--output", required=True, help="the .photon file to write")
+    args = parser.parse_args(argv)
+    final = pathlib.Path(args.run) / "final"
+    if not (final / "weights.npz").exists():
+        print(f"export: {final} missing, exporting the last checkpoint", file=sys.stderr)
+        export_checkpoint(args.run)
+    convert(args.photon, final, args.tokenizer, args.output, args.dtype)
+
+
+if __name__ == "__main__":
+    main()
