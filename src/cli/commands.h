@@ -19,5 +19,6 @@ extern const Command kInitCommand;
 extern const Command kInspectCommand;
 extern const Command kScoreCommand;
 extern const Command kGenerateCommand;
+extern const Command kBenchCommand;
 
 }  // namespace photon::cli

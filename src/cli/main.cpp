@@ -13,7 +13,7 @@ namespace photon::cli {
 namespace {
 
 const Command* const kCommands[] = {&kConvertCommand, &kInitCommand, &kInspectCommand,
-                                    &kScoreCommand, &kGenerateCommand};
+                                    &kScoreCommand, &kGenerateCommand, &kBenchCommand};
 
 const Command* find_command(const std::string& name) {
   for (const Command* command : kCommands) {

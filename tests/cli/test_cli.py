@@ -4,8 +4,8 @@
 usage: test_cli.py --photon BIN --work-dir DIR GROUP
 
 GROUP is `setup` (writes the models the other groups use) or one of usage, errors, inspect,
-convert, score, generate, interrupt. Standard library only. Prints "N passed, N failed" and exits
-non-zero when a check failed.
+convert, score, generate, interrupt, resume, bench. Standard library only. Prints "N passed,
+N failed" and exits non-zero when a check failed.
 """
 
 import argparse
@@ -32,7 +32,7 @@ PAPER_PRESETS = {
 }
 PHOTON_MODULES = ["tok_emb_enc", "enc.1", "enc.2", "dec.2", "dec.1", "tok_emb_dec", "lm_head"]
 VANILLA_MODULES = ["tok_emb", "layers", "norm", "lm_head"]
-COMMANDS = ["convert", "init", "inspect", "score", "generate"]
+COMMANDS = ["convert", "init", "inspect", "score", "generate", "bench"]
 
 
 def check(condition, message):
@@ -557,7 +557,118 @@ def group_resume():
                    "generate", "not a PHOTON session state")
 
 
+def bench(*argv):
+    """photon bench on the setup models with JSON lines on stdout -> the records."""
+    result = photon("bench", "-m", model("photon-small"), "-m", model("vanilla-small"),
+                    "--json", "-", *argv)
+    if not expect_ok(result):
+        return []
+    return [json.loads(line) for line in result.out.split("\n") if line.strip()]
+
+
+# KV bytes of the small presets by the spec's arithmetic (f32): layers x 2 x positions x kv_dim x 4.
+# photon-small: 2 levels, C 4 x 4, encoders of 2 layers, kv_dim 256; vanilla-small: 8 layers, 256.
+def small_kv_bytes(mode, tokens):
+    if mode == "vanilla":
+        return 8 * 2 * tokens * 256 * 4
+    top = 2 * 2 * (tokens // 16) * 256 * 4
+    return top if mode == "recgen" else top + 2 * 2 * (tokens // 4) * 256 * 4
+
+
+def group_bench():
+    runs = bench("--regime", "24:8", "--regime", "8:12", "--batch", 2)
+    check(len(runs) == 6, "two regimes x (hiergen, recgen, vanilla): %d records" % len(runs))
+    check(sorted({(r["model"], r["mode"]) for r in runs}) ==
+          [("photon-small", "hiergen"), ("photon-small", "recgen"), ("vanilla-small", "vanilla")],
+          "models and modes: %s" % [(r["model"], r["mode"]) for r in runs])
+    for r in runs:
+        what = "%s %s %s" % (r["model"], r["mode"], r["regime"])
+        prompt, generated = map(int, r["regime"].split(":"))
+        check(r["study"] == "throughput" and r["batch"] == 2 and r["batch_rule"] == "fixed", what)
+        check(r["prompt_tokens"] == prompt and r["generated_tokens"] == generated, what)
+        check(r["tokens_generated"] == 2 * generated, what + ": EOS is ignored")
+        check(r["wall_s"] >= r["decode_s"] > 0 and r["prefill_s"] > 0, what + ": times")
+        check(abs(r["throughput_tok_s"] - r["tokens_generated"] / r["wall_s"]) <=
+              1e-6 * r["throughput_tok_s"], what + ": throughput includes prefill")
+        check(r["kv_analytic_bytes_per_sample"] == small_kv_bytes(r["mode"], prompt + generated),
+              what + ": KV formula %s" % r["kv_analytic_bytes_per_sample"])
+        check(2 * r["kv_analytic_bf16_bytes_per_sample"] == r["kv_analytic_bytes_per_sample"],
+              what + ": bf16 is half of f32")
+        check(0 < r["kv_engine_bytes_per_sample"] <= r["kv_analytic_bytes_per_sample"],
+              what + ": the engine holds at most the formula's bytes")
+        check(r["resident_growth_bytes_per_sample"] > 0, what + ": resident memory grew")
+        check(r["peak_growth_bytes_per_sample"] >= r["resident_growth_bytes_per_sample"],
+              what + ": peak >= resident")
+        gib = r["resident_growth_bytes_per_sample"] / 2 ** 30
+        check(abs(r["tpm_resident_tok_s_per_gib"] - r["throughput_tok_s"] / gib) <=
+              1e-6 * r["tpm_resident_tok_s_per_gib"], what + ": TPM")
+        for key in ["cpu", "hardware_threads", "load_average", "parameters", "sdk_version"]:
+            check(key in r, what + ": has " + key)
+
+    # The default output is the markdown table in the paper's layout.
+    markdown = os.path.join(WORK, "bench.md")
+    result = photon("bench", "-m", model("photon-small"), "--mode", "recgen", "--regime", "8:8",
+                    "--markdown", markdown)
+    expect_ok(result)
+    check("| model | parameters | mode | batch | TPM 8:8 | MiB/sample 8:8 | tok/s 8:8 |"
+          in result.out, "markdown header\n" + result.describe())
+    check(re.search(r"^\| photon-small \| 9\.7 M \| recgen \| 1 \|", result.out, re.M) is not None,
+          "markdown row\n" + result.describe())
+    check(os.path.exists(markdown) and open(markdown).read() == result.out, "--markdown FILE")
+
+    # KV after the model consumed 64 tokens equals the spec's arithmetic; RecGen keeps the top only.
+    kv = {r["mode"]: r for r in bench("--study", "kv", "--context", 64, "--decode-tokens", 4)}
+    check(sorted(kv) == ["hiergen", "recgen", "vanilla"], "kv modes %s" % sorted(kv))
+    for mode, r in kv.items():
+        check(r["context_tokens"] == 64 and r["session_tokens"] == 65, mode + ": tokens")
+        check(r["kv_engine_bytes"] == small_kv_bytes(mode, 64) == r["kv_analytic_bytes"],
+              "%s: engine %s, formula %s" % (mode, r["kv_engine_bytes"], r["kv_analytic_bytes"]))
+        check(sum(level["engine_encoder_bytes"] for level in r["levels"]) == r["kv_engine_bytes"],
+              mode + ": levels add up")
+    if len(kv) == 3:
+        check(kv["recgen"]["levels"][0]["engine_encoder_bytes"] == 0, "recgen: no level-1 cache")
+        check(kv["vanilla"]["kv_engine_bytes"] == 64 * kv["recgen"]["kv_engine_bytes"],
+              "vanilla holds 64x RecGen's KV here")
+
+    scaling = bench("--study", "scaling", "--contexts", "80,48", "--decode-tokens", 16,
+                    "--mode", "recgen", "--mode", "vanilla")
+    check([(r["mode"], r["context_tokens"]) for r in scaling] ==
+          [("recgen", 48), ("recgen", 80), ("vanilla", 48), ("vanilla", 80)],
+          "scaling points %s" % [(r["mode"], r["context_tokens"]) for r in scaling])
+    for r in scaling:
+        check(r["tokens_generated"] == 16 and r["decode_ms_per_token"] > 0, "scaling timing")
+        check(r["kv_engine_bytes"] == small_kv_bytes(r["mode"], r["context_tokens"] - 1),
+              "scaling KV %s %s" % (r["mode"], r["context_tokens"]))
+
+    sized = bench("--mode", "recgen", "--regime", "16:8", "--memory-budget", 0.05,
+                  "--max-batch", 4)
+    if check(len(sized) == 1, "one budget run"):
+        r = sized[0]
+        trials = r.get("batch_trials", [])
+        check(r["batch_rule"] == "memory_budget" and 1 <= r["batch"] <= 4, "budget batch")
+        check(r["memory_budget_bytes"] == int(0.05 * 2 ** 30), "budget bytes")
+        check(any(t["batch"] == r["batch"] and t["fits"] for t in trials), "chosen batch fits")
+        check(all(not t["fits"] for t in trials if t["batch"] > r["batch"]),
+              "every larger trial failed: %s" % trials)
+        check(all(t["fits"] == (t["peak_growth_bytes"] <= r["memory_budget_bytes"])
+                  for t in trials), "fits means the peak is within the budget")
+
+    m = model("photon-small")
+    expect_failure(photon("bench"), 2, "bench", "no model")
+    expect_failure(photon("bench", "-m", m, "--study", "speed"), 2, "bench", "--study")
+    expect_failure(photon("bench", "-m", m, "--batch", 0), 2, "bench", "--batch")
+    expect_failure(photon("bench", "-m", m, "--regime", "128"), 2, "bench", "--regime")
+    expect_failure(photon("bench", "-m", m, "--mode", "fast"), 2, "bench", "--mode")
+    expect_failure(photon("bench", "-m", m, "--batch", 2, "--memory-budget", 1), 2, "bench")
+    expect_failure(photon("bench", "-m", m, "--mode", "vanilla"), 2, "bench", "no model runs")
+    expect_failure(photon("bench", "-m", m, "--regime", "20000:10"), 1, "bench", "at most 16384")
+    expect_failure(photon("bench", "-m", m, "--mode", "recgen", "--regime", "8:8",
+                          "--memory-budget", 0.0000001), 1, "bench", "--memory-budget")
+    expect_failure(photon("bench", "--preset", "photon-9t"), 2, "bench", "photon-9t")
+
+
 GROUPS = {
+    "bench": group_bench,
     "resume": group_resume,
     "setup": group_setup, "usage": group_usage, "errors": group_errors,
     "inspect": group_inspect, "convert": group_convert, "score": group_score,
