@@ -22,7 +22,7 @@ uint32_t photon_version_number(void) { return PHOTON_VERSION_NUMBER; }
 const char* photon_last_error(void) { return photon::api::last_error.c_str(); }
 
 const char* photon_status_name(photon_status status) {
-  switch (status) {
+  switch (photon::api::enum_value(status)) {
 #define PHOTON_STATUS_CASE(name) \
   case name: return #name;
     PHOTON_STATUS_CASE(PHOTON_OK)

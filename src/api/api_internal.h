@@ -1,8 +1,10 @@
 // The C API's handle types and the boundary guard that turns C++ errors into status codes.
 #pragma once
 
+#include <cstring>
 #include <memory>
 #include <new>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +43,9 @@ struct photon_session {
   int32_t held_token = -1;
   float held_logprob = 0.0f;
   std::string held_piece;
+  // Set when a prefill or decode failed inside the engine (e.g. out of memory in the middle of a
+  // step), which may leave the caches half-updated: every later call then fails with this status.
+  photon_status broken = PHOTON_OK;
 };
 
 struct photon_write_options {
@@ -77,8 +82,43 @@ photon_status guard(Body&& body) noexcept {
   }
 }
 
+// The value of an enum argument from C, which may be any int: reading a value outside the enum's
+// range as the enum type is undefined behaviour in C++, so its bytes are read as an int instead.
+template <typename Enum>
+int enum_value(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int v;
+  std::memcpy(&v, &value, sizeof v);
+  return v;
+}
+
 inline void require(bool ok, const char* function, const char* what) {
   if (!ok) fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": " + what);
+}
+
+inline void require_usable(const photon_session* session, const char* function) {
+  if (session->broken != PHOTON_OK)
+    fail(session->broken, std::string(function) + ": an earlier call failed inside this session (" +
+                              photon_status_name(session->broken) + ") and left it unusable; free it");
+}
+
+// Runs body, a step that changes the sessions' caches; if it fails (other than by cancellation,
+// which stops between consistent steps), the sessions are marked unusable.
+template <typename Body>
+void changing_sessions(std::span<photon_session* const> sessions, Body&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    if (e.status() != PHOTON_ERR_CANCELLED)
+      for (photon_session* s : sessions) s->broken = e.status();
+    throw;
+  } catch (const std::bad_alloc&) {
+    for (photon_session* s : sessions) s->broken = PHOTON_ERR_OUT_OF_MEMORY;
+    throw;
+  } catch (...) {
+    for (photon_session* s : sessions) s->broken = PHOTON_ERR_INTERNAL;
+    throw;
+  }
 }
 
 // Copies n items into a caller buffer, or reports the needed size with PHOTON_ERR_BUFFER_TOO_SMALL.

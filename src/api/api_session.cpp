@@ -32,6 +32,7 @@ void run_decode(std::span<photon_session* const> sessions, int32_t budget, int32
       if (sessions[j] == h)
         photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": session " + std::to_string(i) +
                                                       " appears twice");
+    photon::api::require_usable(h, function);
     if (s.history().empty())
       photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": session " + std::to_string(i) +
                                                     " holds no tokens; prefill at least BOS first");
@@ -43,7 +44,7 @@ void run_decode(std::span<photon_session* const> sessions, int32_t budget, int32
     tasks[i] = {&s, &h->decode, &h->sampler, static_cast<int64_t>(s.history().size()) + budget, max_deliver,
                 sinks[i]};
   }
-  photon::decode(tasks);
+  photon::api::changing_sessions(sessions, [&] { photon::decode(tasks); });
   for (size_t i = 0; i < sessions.size(); ++i) {
     sessions[i]->stop_reason = tasks[i].reason;
     if (n_generated) n_generated[i] = tasks[i].delivered;
@@ -66,8 +67,9 @@ void photon_session_options_free(photon_session_options* options) { delete optio
 photon_status photon_session_options_set_mode(photon_session_options* o, photon_mode mode) {
   return guard([&] {
     require(o, "photon_session_options_set_mode", "options is NULL");
-    check_range(mode == PHOTON_MODE_AUTO || mode == PHOTON_MODE_HIERGEN || mode == PHOTON_MODE_RECGEN,
-                "photon_session_options_set_mode", "unknown mode " + std::to_string(mode));
+    const int value = photon::api::enum_value(mode);
+    check_range(value == PHOTON_MODE_AUTO || value == PHOTON_MODE_HIERGEN || value == PHOTON_MODE_RECGEN,
+                "photon_session_options_set_mode", "unknown mode " + std::to_string(value));
     o->mode = mode;
   });
 }
@@ -191,6 +193,7 @@ photon_status photon_session_prefill(photon_session* session, const int32_t* tok
   return guard([&] {
     require(session, "photon_session_prefill", "session is NULL");
     require(tokens || n_tokens == 0, "photon_session_prefill", "tokens is NULL");
+    photon::api::require_usable(session, "photon_session_prefill");
     photon::Session& s = *session->session;
     s.cancel_requested.store(false);
     session->decode.discard_ahead(s);
@@ -205,7 +208,7 @@ photon_status photon_session_prefill(photon_session* session, const int32_t* tok
                                                 " + " + std::to_string(n_tokens) +
                                                 " tokens exceed the session's context of " +
                                                 std::to_string(s.context_length()));
-    s.prefill(std::span<const int32_t>(tokens, n_tokens));
+    photon::api::changing_sessions({&session, 1}, [&] { s.prefill(std::span<const int32_t>(tokens, n_tokens)); });
   });
 }
 
@@ -291,6 +294,7 @@ photon_status photon_session_set_sampler(photon_session* session, const photon_s
   return guard([&] {
     require(session, "photon_session_set_sampler", "session is NULL");
     require(options, "photon_session_set_sampler", "options is NULL");
+    photon::api::require_usable(session, "photon_session_set_sampler");
     session->decode.discard_ahead(*session->session);  // tokens drawn under the old settings
     session->sampler = options->sampler;
   });

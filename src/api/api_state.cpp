@@ -15,6 +15,7 @@ namespace {
 
 std::vector<uint8_t> save_blob(photon_session* session, const char* function) {
   require(session, function, "session is NULL");
+  photon::api::require_usable(session, function);
   if (session->held_token >= 0)
     photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) +
                                                   ": a token from photon_session_next_token did not fit its "

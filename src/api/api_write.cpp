@@ -1,6 +1,5 @@
 // Writing model files (convert, random init) and the preset table.
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include "api/api_internal.h"
@@ -14,10 +13,12 @@ namespace {
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) photon::fail(PHOTON_ERR_IO, path + ": cannot open the file");
-  std::ostringstream data;
-  data << in.rdbuf();
+  // Not `stream << in.rdbuf()`: that swallows an allocation failure and returns a truncated file.
+  std::string data;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) data.append(chunk, static_cast<size_t>(in.gcount()));
   if (in.bad()) photon::fail(PHOTON_ERR_IO, path + ": read error");
-  return data.str();
+  return data;
 }
 
 // The tokenizer to embed, padded to the config's vocabulary.
@@ -53,7 +54,8 @@ void photon_write_options_free(photon_write_options* options) { delete options; 
 photon_status photon_write_options_set_dtype(photon_write_options* o, photon_dtype dtype) {
   return guard([&] {
     require(o, "photon_write_options_set_dtype", "options is NULL");
-    require(dtype == PHOTON_DTYPE_F32 || dtype == PHOTON_DTYPE_F16 || dtype == PHOTON_DTYPE_BF16,
+    const int value = photon::api::enum_value(dtype);
+    require(value == PHOTON_DTYPE_F32 || value == PHOTON_DTYPE_F16 || value == PHOTON_DTYPE_BF16,
             "photon_write_options_set_dtype", "unknown dtype");
     o->dtype = static_cast<photon::DType>(dtype);
   });

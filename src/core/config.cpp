@@ -1,5 +1,6 @@
 #include "core/config.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -197,10 +198,20 @@ ModelConfig config_from_json(const std::string& text, const std::string& origin)
   auto get_float = [&](const char* key, float fallback) {
     if (!j.contains(key)) return fallback;
     if (!j[key].is_number()) bad(origin, std::string(key) + " must be a number");
-    return j[key].get<float>();
+    const double v = j[key].get<double>();
+    // A double beyond float's range has no float value (the conversion would be undefined).
+    if (!(std::fabs(v) <= std::numeric_limits<float>::max()))
+      bad(origin, std::string(key) + " is out of range");
+    return static_cast<float>(v);
+  };
+  // A missing key reads as "", which no valid choice is.
+  auto get_string = [&](const json& o, const std::string& name, const char* key) {
+    if (!o.contains(key)) return std::string();
+    if (!o[key].is_string()) bad(origin, name + key + " must be a string");
+    return o[key].get<std::string>();
   };
   ModelConfig c;
-  const std::string arch = j.value("arch", std::string());
+  const std::string arch = get_string(j, "", "arch");
   if (arch == "photon") c.arch = Arch::Photon;
   else if (arch == "vanilla") c.arch = Arch::Vanilla;
   else bad(origin, "arch must be \"photon\" or \"vanilla\", got \"" + arch + "\"");
@@ -221,7 +232,7 @@ ModelConfig config_from_json(const std::string& text, const std::string& origin)
       if (!lj.is_object()) bad(origin, name + " must be an object");
       LevelConfig lv;
       lv.chunk_len = get_int(lj, "chunk_len");
-      const std::string chunker = lj.value("chunker", std::string());
+      const std::string chunker = get_string(lj, name + ".", "chunker");
       if (chunker == "concat") lv.chunker = ChunkerKind::Concat;
       else if (chunker == "linear") lv.chunker = ChunkerKind::Linear;
       else bad(origin, name + ".chunker must be \"concat\" or \"linear\"");

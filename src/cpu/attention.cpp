@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include <omp.h>
+
 namespace photon::cpu {
 
 namespace {
@@ -52,9 +54,12 @@ void attention(const float* q, int heads, int kv_heads, int head_dim,
   long work = 0;  // multiply-adds, to keep short windows on the calling thread
   for (const AttentionSegment& seg : segments)
     work += static_cast<long>(seg.rows) * (seg.start + (seg.rows + 1) / 2) * heads * head_dim;
-#pragma omp parallel if (work > (1 << 21))
+  // Each thread's score row is allocated out here: an exception cannot leave a parallel region.
+  const bool parallel = work > (1 << 21);
+  std::vector<float> scores(static_cast<size_t>(max_keys) * (parallel ? omp_get_max_threads() : 1));
+#pragma omp parallel if (parallel)
   {
-    std::vector<float> scores(max_keys);
+    float* thread_scores = scores.data() + static_cast<size_t>(omp_get_thread_num()) * max_keys;
 #pragma omp for schedule(dynamic, 4)
     for (long t = 0; t < tasks; ++t) {
       const auto [s, i] = rows[t / heads];
@@ -63,7 +68,7 @@ void attention(const float* q, int heads, int kv_heads, int head_dim,
       const long row = seg.row0 + i;
       const int kvh = h / group;
       attend_row(q + row * q_stride + h * head_dim, seg.k + kvh * head_dim, seg.v + kvh * head_dim,
-                 seg.start + i, kv_stride, head_dim, scale, scores.data(),
+                 seg.start + i, kv_stride, head_dim, scale, thread_scores,
                  out + row * q_stride + h * head_dim);
     }
   }

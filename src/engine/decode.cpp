@@ -74,8 +74,9 @@ void by_session_type(const std::vector<DecodeTask*>& tasks, Fn fn) {
   for (size_t i = 0; i < tasks.size(); ++i) {
     if (grouped[i]) continue;
     indices.clear();
+    const Session& first = *tasks[i]->session;
     for (size_t j = i; j < tasks.size(); ++j)
-      if (!grouped[j] && typeid(*tasks[j]->session) == typeid(*tasks[i]->session)) {
+      if (const Session& other = *tasks[j]->session; !grouped[j] && typeid(other) == typeid(first)) {
         grouped[j] = true;
         indices.push_back(j);
       }

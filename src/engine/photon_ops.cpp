@@ -189,7 +189,8 @@ void score_photon(const Model& model, std::span<const int32_t> tokens, float* ou
         inputs.resize(inputs.size() + static_cast<size_t>(children - 1) * e);
         float* in = inputs.data() + input_offsets.back();
         if (l == 1) gather_rows(w.tok_emb_dec, e, tokens.subspan(first, children - 1), in);
-        else std::memcpy(in, X[l - 1].data() + first * e, static_cast<size_t>(children - 1) * e * sizeof(float));
+        else if (children > 1)  // a window of its conditioning alone copies nothing (in may be null)
+          std::memcpy(in, X[l - 1].data() + first * e, static_cast<size_t>(children - 1) * e * sizeof(float));
         allocate_window(model, l, &windows[i]);
       }
       for (int64_t i = 0; i < count; ++i) {

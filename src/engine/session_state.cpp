@@ -26,7 +26,7 @@ uint64_t cache_bytes(const KvCache& c) { return uint64_t{2} * c.layers * c.len *
 Offset<fb::Cache> put_cache(FlatBufferBuilder& b, const KvCache& c) {
   std::vector<float> k(static_cast<size_t>(c.layers) * c.len * c.kv_dim), v(k.size());
   const size_t row = static_cast<size_t>(c.len) * c.kv_dim;
-  for (int layer = 0; layer < c.layers; ++layer) {
+  for (int layer = 0; row > 0 && layer < c.layers; ++layer) {  // memcpy must not see null pointers
     const size_t from = static_cast<size_t>(layer) * c.capacity * c.kv_dim;
     std::memcpy(k.data() + layer * row, c.k.data() + from, row * sizeof(float));
     std::memcpy(v.data() + layer * row, c.v.data() + from, row * sizeof(float));

@@ -15,7 +15,6 @@
 #include <new>
 #include <numbers>
 #include <set>
-#include <sstream>
 
 #include "core/error.h"
 #include "format/data_hash.h"
@@ -183,10 +182,12 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(PHOTON_ERR_IO, "cannot open " + path + ": " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
+  // Not `stream << in.rdbuf()`: that swallows an allocation failure and returns a truncated file.
+  std::string text;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) text.append(chunk, static_cast<size_t>(in.gcount()));
   if (in.bad()) fail(PHOTON_ERR_IO, "cannot read " + path);
-  return text.str();
+  return text;
 }
 
 }  // namespace

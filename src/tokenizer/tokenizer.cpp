@@ -3,6 +3,8 @@
 #include <sentencepiece_processor.h>
 
 #include <cstring>
+#include <new>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -19,7 +21,17 @@ constexpr std::string_view kSpaceSymbol = "\xE2\x96\x81";
 std::unique_ptr<sentencepiece::SentencePieceProcessor> load_processor(
     const std::string& serialized_model, const std::string& origin) {
   auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const auto status = processor->LoadFromSerializedProto(serialized_model);
+  sentencepiece::util::Status status;
+  try {
+    status = processor->LoadFromSerializedProto(serialized_model);
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    // Its double-array trie builder throws exceptions of its own, out-of-memory ones among them.
+    const bool memory = std::string_view(e.what()).find("bad_alloc") != std::string_view::npos;
+    fail(memory ? PHOTON_ERR_OUT_OF_MEMORY : PHOTON_ERR_TOKENIZER,
+         origin + ": not a valid sentencepiece model (" + e.what() + ")");
+  }
   check(status.ok(), PHOTON_ERR_TOKENIZER,
         origin + ": not a valid sentencepiece model (" + status.ToString() + ")");
   return processor;

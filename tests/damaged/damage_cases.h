@@ -1,0 +1,46 @@
+// The hand-made corpus of damaged model files and session states: for every field of
+// schemas/model.fbs and schemas/session.fbs at least one damaged value, with the status and the
+// part of the message that the reader must answer it with. Used by test_damaged.cpp, and written
+// into the fuzzers' seed corpora by tests/fuzz/make_seeds.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "photon.h"
+
+namespace photon::hardening {
+
+struct DamageCase {
+  std::string field;   // "Table.field" as in the schema, or "file.<part>" for the framing
+  std::string damage;  // what was done to it
+  std::vector<uint8_t> bytes;
+  photon_status status;  // PHOTON_OK: the field holds no invariant a reader could check
+  std::string message;   // a part of the error message
+  int model = 0;         // the model a state is restored with (StateModels)
+};
+
+// Damaged copies of two valid model files, a PHOTON one with two levels and a vanilla one, both
+// with a real sentencepiece tokenizer of exactly vocab_size pieces.
+std::vector<DamageCase> damaged_model_files(const std::vector<uint8_t>& photon_file,
+                                            const std::vector<uint8_t>& vanilla_file);
+
+enum StateModel { kPhotonModel = 0, kVanillaModel = 1 };
+
+// Damaged copies of valid states: HierGen and RecGen of the two-level PHOTON model, and vanilla,
+// each holding at least one token.
+struct StateBases {
+  std::vector<uint8_t> hiergen, recgen, vanilla;
+};
+std::vector<DamageCase> damaged_session_states(const StateBases& bases);
+
+// A state rebuilt through the object API without any change, framed and hashed again.
+std::vector<uint8_t> rebuilt_state(const std::vector<uint8_t>& state);
+// A model file rebuilt through the object API without any change.
+std::vector<uint8_t> rebuilt_model_file(const std::vector<uint8_t>& file);
+
+// The framing of session states: the size-prefixed FlatBuffer, then its 8-byte integrity hash.
+void rehash_state(std::vector<uint8_t>& state);
+
+}  // namespace photon::hardening

@@ -1,0 +1,284 @@
+// Writes the fuzzers' seed inputs, valid and damaged, into <dir>/<target>/. scripts/fuzz --seeds
+// runs it and keeps (libFuzzer -merge) the seeds that add coverage in tests/fuzz/corpus/.
+#include <zlib.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "core/config.h"
+#include "core/dtype.h"
+#include "damage_cases.h"
+#include "fuzz_common.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using photon::hardening::read_file;
+using photon::hardening::tiny_config;
+using photon::hardening::write_file;
+using Bytes = std::vector<uint8_t>;
+
+class SeedDir {
+ public:
+  SeedDir(const fs::path& root, const std::string& target) : dir_(root / target) {
+    fs::create_directories(dir_);
+  }
+  void add(const std::string& name, const Bytes& bytes) {
+    write_file((dir_ / name).string(), bytes);
+  }
+  void add(const std::string& name, uint8_t prefix, const Bytes& bytes) {
+    Bytes prefixed{prefix};
+    prefixed.insert(prefixed.end(), bytes.begin(), bytes.end());
+    add(name, prefixed);
+  }
+
+ private:
+  fs::path dir_;
+};
+
+void put16(Bytes& b, uint32_t v) {
+  b.insert(b.end(), {uint8_t(v), uint8_t(v >> 8)});
+}
+void put32(Bytes& b, uint32_t v) {
+  b.insert(b.end(), {uint8_t(v), uint8_t(v >> 8), uint8_t(v >> 16), uint8_t(v >> 24)});
+}
+
+// ---- model files ------------------------------------------------------------------------------
+
+void model_seeds(const fs::path& root, photon::hardening::TempDir& tmp) {
+  SeedDir seeds(root, "model_file");
+  Bytes photon_file, vanilla_file;
+  const struct {
+    int levels;
+    photon::DType dtype;
+  } variants[] = {{0, photon::DType::F32},
+                  {0, photon::DType::F16},
+                  {1, photon::DType::BF16},
+                  {2, photon::DType::F32},
+                  {3, photon::DType::F16}};
+  for (const auto& v : variants) {
+    const std::string name =
+        "valid-l" + std::to_string(v.levels) + "-" + photon::dtype_name(v.dtype);
+    photon::hardening::write_tiny_model(tmp.file(name), tiny_config(v.levels), v.dtype);
+    seeds.add(name, read_file(tmp.file(name)));
+    if (v.dtype == photon::DType::F32)
+      (v.levels == 0 ? vanilla_file : photon_file) = read_file(tmp.file(name));
+  }
+  int i = 0;
+  for (const auto& c : photon::hardening::damaged_model_files(photon_file, vanilla_file))
+    seeds.add("damaged-" + std::to_string(i++), c.bytes);
+}
+
+// ---- session states ---------------------------------------------------------------------------
+
+Bytes saved_state(int levels, photon_mode mode, int prompt_len, int generate, bool sampler) {
+  photon_session_options* o = nullptr;
+  photon_session_options_create(&o);
+  photon_session_options_set_mode(o, mode);
+  if (sampler) {
+    photon_session_options_set_temperature(o, 0.7f);
+    photon_session_options_set_top_k(o, 20);
+    photon_session_options_set_top_p(o, 0.9f);
+    photon_session_options_set_repetition_penalty(o, 1.2f, 16);
+    photon_session_options_add_stop_string(o, "zz");
+    photon_session_options_set_seed(o, 99);
+  }
+  photon_session* s = nullptr;
+  photon::fuzz::require(photon_session_create(photon::fuzz::tiny_model(levels), o, &s) == PHOTON_OK,
+                        "create");
+  photon_session_options_free(o);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < prompt_len; ++i) prompt.push_back(i == 0 ? 1 : 5 + (i * 37) % 300);
+  photon_session_prefill(s, prompt.data(), prompt.size());
+  photon_session_generate(s, generate, nullptr, nullptr, nullptr);
+  size_t size = 0;
+  photon_session_save(s, nullptr, 0, &size);
+  Bytes state(size);
+  photon::fuzz::require(photon_session_save(s, state.data(), size, &size) == PHOTON_OK, "save");
+  photon_session_free(s);
+  return state;
+}
+
+void state_seeds(const fs::path& root) {
+  SeedDir seeds(root, "session_state");
+  for (int levels = 0; levels <= 3; ++levels)
+    for (photon_mode mode : {PHOTON_MODE_HIERGEN, PHOTON_MODE_RECGEN}) {
+      if (mode == PHOTON_MODE_RECGEN && levels < 2) continue;
+      const std::string name =
+          "valid-l" + std::to_string(levels) + (mode == PHOTON_MODE_RECGEN ? "-recgen" : "");
+      seeds.add(name + "-empty", uint8_t(levels), saved_state(levels, mode, 0, 0, false));
+      seeds.add(name + "-short", uint8_t(levels), saved_state(levels, mode, 3, 0, false));
+      seeds.add(name + "-long", uint8_t(levels), saved_state(levels, mode, 9, 5, true));
+    }
+  photon::hardening::StateBases bases;
+  bases.hiergen = saved_state(2, PHOTON_MODE_HIERGEN, 5, 2, false);
+  bases.recgen = saved_state(2, PHOTON_MODE_RECGEN, 5, 0, false);
+  bases.vanilla = saved_state(0, PHOTON_MODE_AUTO, 4, 1, false);
+  int i = 0;
+  for (const auto& c : photon::hardening::damaged_session_states(bases)) {
+    const uint8_t levels = c.model == photon::hardening::kVanillaModel ? 0 : 2;
+    seeds.add("damaged-" + std::to_string(i++), uint8_t(levels | 4),
+              c.bytes);  // bit 2: hash as it is
+  }
+}
+
+// ---- prompts ----------------------------------------------------------------------------------
+
+void generate_seeds(const fs::path& root) {
+  SeedDir seeds(root, "generate");
+  const std::pair<uint8_t, std::string> prompts[] = {
+      {0x08, "In the beginning God created the heaven and the earth."},
+      {0x1a, "And God said, Let there be light: and there was light."},
+      {0x3e, "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xE4\xB8\xAD\xE6\x96\x87"},
+      {0x5f, "\xC3\x28 \xE2\x82 \xF0\x9F\x98 \xED\xA0\x80 \xC0\xAF \xFF\xFE"},
+      {0x8b, "stop here. and here."},
+      {0x09, ""},
+      {0x4c, std::string("nul\0inside", 10)},
+      {0x2b, "   leading spaces\tand\ttabs\r\n"},
+      {0xff, "\xE2\x96\x81\xE2\x96\x81 the symbol sentencepiece uses for a space"},
+  };
+  int i = 0;
+  for (const auto& [flags, text] : prompts) {
+    Bytes input{flags, static_cast<uint8_t>(37 * i + 11)};
+    input.insert(input.end(), text.begin(), text.end());
+    seeds.add("prompt-" + std::to_string(i++), input);
+  }
+}
+
+// ---- config.json and weights.npz --------------------------------------------------------------
+
+Bytes npy(const std::vector<int64_t>& shape, const std::vector<float>& values, bool f16) {
+  std::string dict =
+      std::string("{'descr': '") + (f16 ? "<f2" : "<f4") + "', 'fortran_order': False, 'shape': (";
+  for (int64_t d : shape) dict += std::to_string(d) + ", ";
+  dict += "), }";
+  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
+  dict += '\n';
+  Bytes out = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+  put16(out, static_cast<uint32_t>(dict.size()));
+  out.insert(out.end(), dict.begin(), dict.end());
+  const size_t bytes = values.size() * (f16 ? 2 : 4);
+  const size_t at = out.size();
+  out.resize(at + bytes);
+  photon::convert_from_f32(f16 ? photon::DType::F16 : photon::DType::F32, values.data(),
+                           out.data() + at, values.size());
+  return out;
+}
+
+Bytes raw_deflate(const Bytes& data) {
+  z_stream z{};
+  deflateInit2(&z, 9, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY);
+  Bytes out(deflateBound(&z, data.size()));
+  z.next_in = const_cast<Bytef*>(data.data());
+  z.avail_in = static_cast<uInt>(data.size());
+  z.next_out = out.data();
+  z.avail_out = static_cast<uInt>(out.size());
+  deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+// A zip archive of stored or deflated members, as numpy.savez(_compressed) writes them.
+Bytes zip(const std::vector<std::pair<std::string, Bytes>>& members, bool deflated) {
+  Bytes out, central;
+  for (const auto& [name, data] : members) {
+    const uint32_t crc =
+        static_cast<uint32_t>(crc32(0, data.data(), static_cast<uInt>(data.size())));
+    const Bytes stored = deflated ? raw_deflate(data) : data;
+    const uint32_t offset = static_cast<uint32_t>(out.size());
+    for (Bytes* header : {&out, &central}) {
+      const bool local = header == &out;
+      put32(*header, local ? 0x04034b50 : 0x02014b50);
+      if (!local) put16(*header, 20);
+      put16(*header, 20);
+      put16(*header, 0);
+      put16(*header, deflated ? 8 : 0);
+      put32(*header, 0);  // time and date
+      put32(*header, crc);
+      put32(*header, static_cast<uint32_t>(stored.size()));
+      put32(*header, static_cast<uint32_t>(data.size()));
+      put16(*header, static_cast<uint32_t>(name.size()));
+      put16(*header, 0);
+      if (!local) {
+        put32(*header, 0);  // comment length, disk
+        put16(*header, 0);
+        put32(*header, 0);  // attributes
+        put32(*header, offset);
+      }
+      header->insert(header->end(), name.begin(), name.end());
+    }
+    out.insert(out.end(), stored.begin(), stored.end());
+  }
+  const uint32_t cd_offset = static_cast<uint32_t>(out.size());
+  out.insert(out.end(), central.begin(), central.end());
+  put32(out, 0x06054b50);
+  put32(out, 0);
+  put16(out, static_cast<uint32_t>(members.size()));
+  put16(out, static_cast<uint32_t>(members.size()));
+  put32(out, static_cast<uint32_t>(central.size()));
+  put32(out, cd_offset);
+  put16(out, 0);
+  return out;
+}
+
+Bytes weights_npz(const photon::ModelConfig& config, bool f16, bool deflated) {
+  std::vector<std::pair<std::string, Bytes>> members;
+  uint32_t state = 1;
+  for (const photon::TensorSpec& spec : photon::expected_tensors(config)) {
+    std::vector<float> values(static_cast<size_t>(spec.elements()));
+    for (float& v : values)
+      v = static_cast<float>((state = state * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    members.emplace_back(spec.name + ".npy", npy(spec.shape, values, f16));
+  }
+  return zip(members, deflated);
+}
+
+void convert_seeds(const fs::path& root) {
+  SeedDir seeds(root, "convert");
+  auto text = [](const std::string& s) { return Bytes(s.begin(), s.end()); };
+  for (int levels = 0; levels <= 3; ++levels)
+    seeds.add("config-l" + std::to_string(levels), 0,
+              text(photon::config_to_json(tiny_config(levels))));
+  for (const std::string& preset : {"photon-600m", "vanilla-small"}) {
+    photon::ModelConfig c;
+    photon::find_preset(preset, &c);
+    seeds.add("config-" + preset, 0, text(photon::config_to_json(c)));
+  }
+  seeds.add("config-not-json", 0, text("{\"arch\": \"photon\", \"levels\": [{\"chunk_len\": 2,"));
+  for (const auto& entry : fs::directory_iterator(PHOTON_SOURCE_DIR "/tests/data/npz"))
+    if (entry.path().extension() == ".npz" && fs::file_size(entry.path()) < 4096)
+      seeds.add("npz-" + entry.path().stem().string(), 1, read_file(entry.path().string()));
+  const struct {
+    int levels;
+    bool f16, deflated;
+  } pairs[] = {{0, false, false}, {0, true, true}, {1, false, true}};
+  for (const auto& p : pairs) {
+    const std::string json = photon::config_to_json(tiny_config(p.levels));
+    Bytes input;
+    put16(input, static_cast<uint32_t>(json.size()));
+    input.insert(input.end(), json.begin(), json.end());
+    const Bytes npz = weights_npz(tiny_config(p.levels), p.f16, p.deflated);
+    input.insert(input.end(), npz.begin(), npz.end());
+    seeds.add("convert-l" + std::to_string(p.levels) + (p.f16 ? "-f16" : "") +
+                  (p.deflated ? "-deflated" : ""),
+              2, input);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <output directory>\n", argv[0]);
+    return 2;
+  }
+  const fs::path root = argv[1];
+  photon::hardening::TempDir tmp;
+  model_seeds(root, tmp);
+  state_seeds(root);
+  generate_seeds(root);
+  convert_seeds(root);
+  return 0;
+}
