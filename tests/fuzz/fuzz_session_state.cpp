@@ -39,7 +39,13 @@ std::vector<uint8_t> save(photon_session* session) {
   return state;
 }
 
-Tokens continuation(photon_session* session) {
+Tokens continuation(const photon_model* model, photon_session* session) {
+  // A session saved before its prefill holds no tokens yet: it continues after a BOS.
+  if (photon_session_position(session) == 0) {
+    const int32_t bos = photon_model_bos(model);
+    require(photon_session_prefill(session, &bos, 1) == PHOTON_OK,
+            std::string("a restored empty session cannot prefill: ") + photon_last_error());
+  }
   Tokens out;
   const photon_status status = no_bug(photon_session_generate(session, 4, collect, &out, nullptr),
                                       "photon_session_generate");
@@ -73,7 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   photon_session* again = nullptr;
   require(photon_session_restore(model, saved.data(), saved.size(), &again) == PHOTON_OK,
           std::string("a restored session's own state is refused: ") + photon_last_error());
-  const Tokens first = continuation(restored), second = continuation(again);
+  const Tokens first = continuation(model, restored), second = continuation(model, again);
   require(first.ids == second.ids, "a saved and restored session continues differently");
   photon_session_free(again);
   photon_session_free(restored);
