@@ -28,8 +28,10 @@ photon_model* make_model(const std::string& dir, const char* preset) {
   photon_write_options* w = nullptr;
   ok(photon_write_options_create(&w), "write options");
   photon_write_options_set_seed(w, 1);
-  if (FILE* f = std::fopen(path.c_str(), "rb")) std::fclose(f);
-  else ok(photon_model_init_random(json.data(), path.c_str(), w), "init");
+  if (FILE* f = std::fopen(path.c_str(), "rb"))
+    std::fclose(f);
+  else
+    ok(photon_model_init_random(json.data(), path.c_str(), w), "init");
   photon_write_options_free(w);
   photon_model* m = nullptr;
   ok(photon_model_load(path.c_str(), nullptr, &m), "load");
@@ -69,7 +71,8 @@ void throughput(const std::string& dir) {
               {"photon-small HierGen", photon, PHOTON_MODE_HIERGEN},
               {"vanilla-small", vanilla, PHOTON_MODE_AUTO}};
   const int kPrompt = 128, kGenerate = 128;
-  std::printf("| model / mode | sessions | generated tokens | decode s | tok/s |\n|---|---|---|---|---|\n");
+  std::printf(
+      "| model / mode | sessions | generated tokens | decode s | tok/s |\n|---|---|---|---|---|\n");
   for (const Row& row : rows) {
     for (int n : {1, 4, 16, 64}) {
       std::vector<photon_session*> sessions;
@@ -80,12 +83,15 @@ void throughput(const std::string& dir) {
       }
       std::vector<int32_t> counts(n);
       const auto start = std::chrono::steady_clock::now();
-      ok(photon_session_generate_batch(sessions.data(), sessions.size(), kGenerate, nullptr, nullptr, counts.data()),
+      ok(photon_session_generate_batch(sessions.data(), sessions.size(), kGenerate, nullptr,
+                                       nullptr, counts.data()),
          "generate_batch");
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       long total = 0;
       for (int c : counts) total += c;
-      std::printf("| %s | %d | %ld | %.3f | %.0f |\n", row.name, n, total, seconds, total / seconds);
+      std::printf("| %s | %d | %ld | %.3f | %.0f |\n", row.name, n, total, seconds,
+                  total / seconds);
       std::fflush(stdout);
       for (photon_session* s : sessions) photon_session_free(s);
     }
@@ -97,8 +103,10 @@ void throughput(const std::string& dir) {
 void state_sizes(const std::string& dir) {
   photon_model* photon = make_model(dir, "photon-small");
   photon_model* vanilla = make_model(dir, "vanilla-small");
-  std::printf("| context tokens | photon RecGen state | photon HierGen state | vanilla state | RecGen top-level KV |\n"
-              "|---|---|---|---|---|\n");
+  std::printf(
+      "| context tokens | photon RecGen state | photon HierGen state | vanilla state | RecGen "
+      "top-level KV |\n"
+      "|---|---|---|---|---|\n");
   for (int n : {256, 1024, 4096}) {
     size_t bytes[3];
     uint64_t top_kv = 0;
@@ -109,13 +117,15 @@ void state_sizes(const std::string& dir) {
       const auto p = random_prompt(n - 16, 5, 4096);
       ok(photon_session_prefill(s, p.data(), p.size()), "prefill");
       ok(photon_session_generate(s, 16, nullptr, nullptr, nullptr), "generate");
-      ok(photon_session_save(s, nullptr, 0, &bytes[k]) == PHOTON_ERR_BUFFER_TOO_SMALL ? PHOTON_OK : PHOTON_ERR_INTERNAL,
+      ok(photon_session_save(s, nullptr, 0, &bytes[k]) == PHOTON_ERR_BUFFER_TOO_SMALL
+             ? PHOTON_OK
+             : PHOTON_ERR_INTERNAL,
          "size query");
       if (k == 0) ok(photon_session_kv_bytes(s, 2, &top_kv, nullptr), "kv bytes");
       photon_session_free(s);
     }
-    std::printf("| %d | %.1f KiB | %.1f KiB | %.1f KiB | %.1f KiB |\n", n, bytes[0] / 1024.0, bytes[1] / 1024.0,
-                bytes[2] / 1024.0, top_kv / 1024.0);
+    std::printf("| %d | %.1f KiB | %.1f KiB | %.1f KiB | %.1f KiB |\n", n, bytes[0] / 1024.0,
+                bytes[1] / 1024.0, bytes[2] / 1024.0, top_kv / 1024.0);
   }
   photon_model_free(photon);
   photon_model_free(vanilla);
@@ -128,7 +138,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: photon_session_bench (throughput | state) DIR\n");
     return 2;
   }
-  if (std::string(argv[1]) == "throughput") throughput(argv[2]);
-  else state_sizes(argv[2]);
+  if (std::string(argv[1]) == "throughput")
+    throughput(argv[2]);
+  else
+    state_sizes(argv[2]);
   return 0;
 }

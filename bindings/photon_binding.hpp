@@ -68,11 +68,11 @@ Buffer fill(std::size_t first_guess, std::size_t terminator, Call call) {
 }
 
 inline TokenIds tokenize(const photon_model* model, const std::string& text, bool add_bos) {
-  return fill<TokenIds>(text.size() + 8, 0, [&](std::int32_t* out, std::size_t capacity,
-                                                std::size_t* needed) {
-    return photon_model_tokenize(model, text.data(), text.size(), add_bos ? 1 : 0, out, capacity,
-                                 needed);
-  });
+  return fill<TokenIds>(text.size() + 8, 0,
+                        [&](std::int32_t* out, std::size_t capacity, std::size_t* needed) {
+                          return photon_model_tokenize(model, text.data(), text.size(),
+                                                       add_bos ? 1 : 0, out, capacity, needed);
+                        });
 }
 
 }  // namespace detail
@@ -111,8 +111,7 @@ class TokenListener {
 class BatchListener {
  public:
   virtual ~BatchListener() = default;
-  virtual bool on_token(int session_index, int token, const std::string& piece,
-                        float logprob) = 0;
+  virtual bool on_token(int session_index, int token, const std::string& piece, float logprob) = 0;
 };
 
 // Settings of a session: mode, context length and sampler. May be discarded once a session has
@@ -166,7 +165,9 @@ class SessionOptions {
   }
 
 #ifndef SWIG
-  photon_session_options* get() const { return options_.get(); }
+  photon_session_options* get() const {
+    return options_.get();
+  }
 #endif
 
  private:
@@ -266,10 +267,10 @@ class Session {
   TokenIds history() const {
     const photon_session* session = get();
     const auto size = static_cast<std::size_t>(photon_session_position(session));
-    return detail::fill<TokenIds>(size, 0, [&](std::int32_t* out, std::size_t capacity,
-                                               std::size_t* needed) {
-      return photon_session_tokens(session, out, capacity, needed);
-    });
+    return detail::fill<TokenIds>(
+        size, 0, [&](std::int32_t* out, std::size_t capacity, std::size_t* needed) {
+          return photon_session_tokens(session, out, capacity, needed);
+        });
   }
 
   void prefill(const TokenIds& tokens) {
@@ -336,10 +337,10 @@ class Session {
 
   Bytes save() {
     photon_session* session = get();
-    return detail::fill<Bytes>(0, 0, [&](std::uint8_t* out, std::size_t capacity,
-                                         std::size_t* needed) {
-      return photon_session_save(session, out, capacity, needed);
-    });
+    return detail::fill<Bytes>(0, 0,
+                               [&](std::uint8_t* out, std::size_t capacity, std::size_t* needed) {
+                                 return photon_session_save(session, out, capacity, needed);
+                               });
   }
   void save_file(const std::string& path) {
     detail::check(photon_session_save_file(get(), path.c_str()));

@@ -85,7 +85,7 @@ extern "C" {
 #define PHOTON_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH, comparable with photon_version_number(). */
 #define PHOTON_VERSION_NUMBER \
-    (PHOTON_VERSION_MAJOR * 10000 + PHOTON_VERSION_MINOR * 100 + PHOTON_VERSION_PATCH)
+  (PHOTON_VERSION_MAJOR * 10000 + PHOTON_VERSION_MINOR * 100 + PHOTON_VERSION_PATCH)
 #define PHOTON_VERSION_STRING "0.1.0"
 
 /* The library's version as "MAJOR.MINOR.PATCH"; compare with PHOTON_VERSION_STRING to detect a
@@ -100,28 +100,28 @@ PHOTON_API uint32_t photon_version_number(void);
 /* ---------------------------------------------------------------------------------------------- */
 
 typedef enum photon_status {
-    PHOTON_OK = 0,
-    PHOTON_ERR_INVALID_ARGUMENT = 1,   /* NULL handle, out-of-range setting, bad flag value      */
-    PHOTON_ERR_OUT_OF_MEMORY = 2,      /* a host or device allocation failed                      */
-    PHOTON_ERR_IO = 3,                 /* a file could not be opened, mapped, read or written      */
-    PHOTON_ERR_CANCELLED = 4,          /* a progress callback or photon_session_cancel stopped it */
-    PHOTON_ERR_BUFFER_TOO_SMALL = 5,   /* the caller's buffer is too small; the size was stored   */
-    PHOTON_ERR_BAD_IDENTIFIER = 10,    /* not a PHOTON model file (wrong magic / identifier)      */
-    PHOTON_ERR_UNSUPPORTED_VERSION = 11, /* written by a newer format version                     */
-    PHOTON_ERR_TRUNCATED = 12,         /* the file or blob ends before its declared size          */
-    PHOTON_ERR_CORRUPT = 13,           /* the FlatBuffers verifier or a consistency check failed  */
-    PHOTON_ERR_SIZE_OVERFLOW = 14,     /* a dimension, count or size overflows 64-bit arithmetic  */
-    PHOTON_ERR_TENSOR_BOUNDS = 15,     /* a tensor's bytes lie outside the data section           */
-    PHOTON_ERR_TENSOR_SHAPE = 16,      /* a tensor's shape, size or dtype disagrees with config   */
-    PHOTON_ERR_TENSOR_SET = 17,        /* a tensor is missing, duplicated or not used by config   */
-    PHOTON_ERR_BAD_CONFIG = 18,        /* the model configuration is invalid                     */
-    PHOTON_ERR_TOKENIZER = 19,         /* the embedded tokenizer is invalid or disagrees with V   */
-    PHOTON_ERR_BAD_TOKEN = 20,         /* a token id outside [0, vocab_size)                      */
-    PHOTON_ERR_CONTEXT_FULL = 21,      /* the tokens would exceed the session's context length     */
-    PHOTON_ERR_UNSUPPORTED = 22,       /* valid but not supported, e.g. RecGen with one level     */
-    PHOTON_ERR_WRONG_MODEL = 23,       /* a session state made by a different model or tokenizer  */
-    PHOTON_ERR_DEVICE = 24,            /* the compute device failed or is not available           */
-    PHOTON_ERR_INTERNAL = 99           /* a bug: please report it with the message                */
+  PHOTON_OK = 0,
+  PHOTON_ERR_INVALID_ARGUMENT = 1,     /* NULL handle, out-of-range setting, bad flag value */
+  PHOTON_ERR_OUT_OF_MEMORY = 2,        /* a host or device allocation failed */
+  PHOTON_ERR_IO = 3,                   /* a file could not be opened, mapped, read or written */
+  PHOTON_ERR_CANCELLED = 4,            /* a progress callback or photon_session_cancel stopped it */
+  PHOTON_ERR_BUFFER_TOO_SMALL = 5,     /* the caller's buffer is too small; the size was stored */
+  PHOTON_ERR_BAD_IDENTIFIER = 10,      /* not a PHOTON model file (wrong magic / identifier) */
+  PHOTON_ERR_UNSUPPORTED_VERSION = 11, /* written by a newer format version */
+  PHOTON_ERR_TRUNCATED = 12,           /* the file or blob ends before its declared size */
+  PHOTON_ERR_CORRUPT = 13,             /* the FlatBuffers verifier or a consistency check failed */
+  PHOTON_ERR_SIZE_OVERFLOW = 14,       /* a dimension, count or size overflows 64-bit arithmetic */
+  PHOTON_ERR_TENSOR_BOUNDS = 15,       /* a tensor's bytes lie outside the data section */
+  PHOTON_ERR_TENSOR_SHAPE = 16,        /* a tensor's shape, size or dtype disagrees with config */
+  PHOTON_ERR_TENSOR_SET = 17,          /* a tensor is missing, duplicated or not used by config */
+  PHOTON_ERR_BAD_CONFIG = 18,          /* the model configuration is invalid */
+  PHOTON_ERR_TOKENIZER = 19,           /* the embedded tokenizer is invalid or disagrees with V */
+  PHOTON_ERR_BAD_TOKEN = 20,           /* a token id outside [0, vocab_size) */
+  PHOTON_ERR_CONTEXT_FULL = 21,        /* the tokens would exceed the session's context length */
+  PHOTON_ERR_UNSUPPORTED = 22,         /* valid but not supported, e.g. RecGen with one level */
+  PHOTON_ERR_WRONG_MODEL = 23,         /* a session state made by a different model or tokenizer */
+  PHOTON_ERR_DEVICE = 24,              /* the compute device failed or is not available */
+  PHOTON_ERR_INTERNAL = 99             /* a bug: please report it with the message */
 } photon_status;
 
 /* The symbolic name of a status, e.g. "PHOTON_ERR_TRUNCATED"; "PHOTON_ERR_UNKNOWN" for values this
@@ -218,9 +218,9 @@ PHOTON_API photon_status photon_model_score(const photon_model *model, const int
 #define PHOTON_MAX_DIMS 4
 
 typedef enum photon_dtype {
-    PHOTON_DTYPE_F32 = 0,
-    PHOTON_DTYPE_F16 = 1,
-    PHOTON_DTYPE_BF16 = 2
+  PHOTON_DTYPE_F32 = 0,
+  PHOTON_DTYPE_F16 = 1,
+  PHOTON_DTYPE_BF16 = 2
 } photon_dtype;
 
 /* Number of tensors in the model file; 0 for NULL. */
@@ -303,19 +303,19 @@ typedef struct photon_session photon_session;
 typedef struct photon_session_options photon_session_options;
 
 typedef enum photon_mode {
-    PHOTON_MODE_AUTO = 0,    /* RecGen for PHOTON with L >= 2, else HierGen (vanilla: plain decoding) */
-    PHOTON_MODE_HIERGEN = 1, /* encoder-consistent: logits equal teacher forcing; KV at every level  */
-    PHOTON_MODE_RECGEN = 2   /* recursive generation: only the top level's KV cache is kept          */
+  PHOTON_MODE_AUTO = 0,    /* RecGen for PHOTON with L >= 2, else HierGen (vanilla: plain) */
+  PHOTON_MODE_HIERGEN = 1, /* encoder-consistent: logits equal teacher forcing; KV at every level */
+  PHOTON_MODE_RECGEN = 2   /* recursive generation: only the top level's KV cache is kept */
 } photon_mode;
 
 typedef enum photon_stop_reason {
-    PHOTON_STOP_NONE = 0,        /* no generate call has finished yet                            */
-    PHOTON_STOP_LENGTH = 1,      /* the call's token budget was reached                          */
-    PHOTON_STOP_EOS = 2,         /* the model produced its end-of-sequence token                 */
-    PHOTON_STOP_STRING = 3,      /* the text produced a configured stop string                    */
-    PHOTON_STOP_CALLBACK = 4,    /* the token callback returned non-zero                          */
-    PHOTON_STOP_CANCELLED = 5,   /* photon_session_cancel was called                               */
-    PHOTON_STOP_CONTEXT_FULL = 6 /* the session's context length was reached                       */
+  PHOTON_STOP_NONE = 0,        /* no generate call has finished yet */
+  PHOTON_STOP_LENGTH = 1,      /* the call's token budget was reached */
+  PHOTON_STOP_EOS = 2,         /* the model produced its end-of-sequence token */
+  PHOTON_STOP_STRING = 3,      /* the text produced a configured stop string */
+  PHOTON_STOP_CALLBACK = 4,    /* the token callback returned non-zero */
+  PHOTON_STOP_CANCELLED = 5,   /* photon_session_cancel was called */
+  PHOTON_STOP_CONTEXT_FULL = 6 /* the session's context length was reached */
 } photon_stop_reason;
 
 /* Creates session options with the defaults: mode AUTO, context = the model's, seed 0, greedy
@@ -478,8 +478,8 @@ PHOTON_API photon_status photon_session_generate_batch(photon_session *const *se
  * cache and the open windows). A restored session continues exactly as this one would have, in any
  * process. If capacity is too small (buffer may be NULL), returns PHOTON_ERR_BUFFER_TOO_SMALL with
  * *size set to the bytes needed; otherwise *size receives the bytes written. */
-PHOTON_API photon_status photon_session_save(photon_session *session, void *buffer,
-                                             size_t capacity, size_t *size);
+PHOTON_API photon_status photon_session_save(photon_session *session, void *buffer, size_t capacity,
+                                             size_t *size);
 /* As photon_session_save, to a file (written to a temporary name and renamed). */
 PHOTON_API photon_status photon_session_save_file(photon_session *session, const char *path);
 

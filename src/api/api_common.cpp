@@ -9,17 +9,25 @@ namespace {
 thread_local std::string last_error;
 }
 
-void set_last_error(const std::string& message) { last_error = message; }
+void set_last_error(const std::string& message) {
+  last_error = message;
+}
 
 }  // namespace photon::api
 
 extern "C" {
 
-const char* photon_version(void) { return PHOTON_VERSION_STRING; }
+const char* photon_version(void) {
+  return PHOTON_VERSION_STRING;
+}
 
-uint32_t photon_version_number(void) { return PHOTON_VERSION_NUMBER; }
+uint32_t photon_version_number(void) {
+  return PHOTON_VERSION_NUMBER;
+}
 
-const char* photon_last_error(void) { return photon::api::last_error.c_str(); }
+const char* photon_last_error(void) {
+  return photon::api::last_error.c_str();
+}
 
 const char* photon_status_name(photon_status status) {
   switch (photon::api::enum_value(status)) {

@@ -99,7 +99,8 @@ inline void require(bool ok, const char* function, const char* what) {
 inline void require_usable(const photon_session* session, const char* function) {
   if (session->broken != PHOTON_OK)
     fail(session->broken, std::string(function) + ": an earlier call failed inside this session (" +
-                              photon_status_name(session->broken) + ") and left it unusable; free it");
+                              photon_status_name(session->broken) +
+                              ") and left it unusable; free it");
 }
 
 // Runs body, a step that changes the sessions' caches; if it fails (other than by cancellation,

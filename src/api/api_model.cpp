@@ -15,9 +15,10 @@ void check_tokens(const photon::Model& m, const int32_t* tokens, size_t n, const
   const int32_t v = m.config().vocab_size;
   for (size_t i = 0; i < n; ++i)
     if (tokens[i] < 0 || tokens[i] >= v)
-      photon::fail(PHOTON_ERR_BAD_TOKEN, std::string(function) + ": token " + std::to_string(tokens[i]) +
-                                             " at position " + std::to_string(i) +
-                                             " is outside the vocabulary [0, " + std::to_string(v) + ")");
+      photon::fail(PHOTON_ERR_BAD_TOKEN, std::string(function) + ": token " +
+                                             std::to_string(tokens[i]) + " at position " +
+                                             std::to_string(i) + " is outside the vocabulary [0, " +
+                                             std::to_string(v) + ")");
 }
 
 }  // namespace
@@ -31,7 +32,9 @@ photon_status photon_load_options_create(photon_load_options** out) {
   });
 }
 
-void photon_load_options_free(photon_load_options* options) { delete options; }
+void photon_load_options_free(photon_load_options* options) {
+  delete options;
+}
 
 photon_status photon_load_options_set_progress(photon_load_options* options,
                                                photon_progress_callback callback, void* user_data) {
@@ -42,7 +45,8 @@ photon_status photon_load_options_set_progress(photon_load_options* options,
   });
 }
 
-photon_status photon_model_load(const char* path, const photon_load_options* options, photon_model** out) {
+photon_status photon_model_load(const char* path, const photon_load_options* options,
+                                photon_model** out) {
   return guard([&] {
     require(path, "photon_model_load", "path is NULL");
     require(out, "photon_model_load", "out is NULL");
@@ -56,7 +60,9 @@ photon_status photon_model_load(const char* path, const photon_load_options* opt
   });
 }
 
-void photon_model_free(photon_model* model) { delete model; }
+void photon_model_free(photon_model* model) {
+  delete model;
+}
 
 const char* photon_model_arch(const photon_model* model) {
   if (!model) return "";
@@ -79,9 +85,13 @@ int32_t photon_model_context_length(const photon_model* model) {
   return model ? model->model->config().max_seq_len : 0;
 }
 
-int32_t photon_model_bos(const photon_model* model) { return model ? model->model->tokenizer().bos() : -1; }
+int32_t photon_model_bos(const photon_model* model) {
+  return model ? model->model->tokenizer().bos() : -1;
+}
 
-int32_t photon_model_eos(const photon_model* model) { return model ? model->model->tokenizer().eos() : -1; }
+int32_t photon_model_eos(const photon_model* model) {
+  return model ? model->model->tokenizer().eos() : -1;
+}
 
 const char* photon_model_config_json(const photon_model* model) {
   return model ? model->model->config_json().c_str() : "";
@@ -104,34 +114,38 @@ photon_status photon_model_metadata_at(const photon_model* model, size_t index, 
     require(model, "photon_model_metadata_at", "model is NULL");
     const auto& entries = model->model->file().metadata();
     if (index >= entries.size())
-      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_model_metadata_at: index " + std::to_string(index) +
-                                                    " is past the " + std::to_string(entries.size()) + " entries");
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_model_metadata_at: index " +
+                                                    std::to_string(index) + " is past the " +
+                                                    std::to_string(entries.size()) + " entries");
     if (key) *key = entries[index].first.c_str();
     if (value) *value = entries[index].second.c_str();
   });
 }
 
 photon_status photon_model_tokenize(const photon_model* model, const char* text, size_t text_len,
-                                    int add_bos, int32_t* tokens, size_t capacity, size_t* n_tokens) {
+                                    int add_bos, int32_t* tokens, size_t capacity,
+                                    size_t* n_tokens) {
   return guard([&] {
     require(model, "photon_model_tokenize", "model is NULL");
     require(text || text_len == 0, "photon_model_tokenize", "text is NULL");
     require(n_tokens, "photon_model_tokenize", "n_tokens is NULL");
-    const std::vector<int32_t> ids =
-        model->model->tokenizer().encode(std::string_view(text ? text : "", text_len), add_bos != 0);
+    const std::vector<int32_t> ids = model->model->tokenizer().encode(
+        std::string_view(text ? text : "", text_len), add_bos != 0);
     *n_tokens = ids.size();
     copy_out("photon_model_tokenize", ids.data(), ids.size(), tokens, capacity);
   });
 }
 
-photon_status photon_model_detokenize(const photon_model* model, const int32_t* tokens, size_t n_tokens,
-                                      char* text, size_t capacity, size_t* text_len) {
+photon_status photon_model_detokenize(const photon_model* model, const int32_t* tokens,
+                                      size_t n_tokens, char* text, size_t capacity,
+                                      size_t* text_len) {
   return guard([&] {
     require(model, "photon_model_detokenize", "model is NULL");
     require(tokens || n_tokens == 0, "photon_model_detokenize", "tokens is NULL");
     require(text_len, "photon_model_detokenize", "text_len is NULL");
     check_tokens(*model->model, tokens, n_tokens, "photon_model_detokenize");
-    const std::string s = model->model->tokenizer().decode(std::vector<int32_t>(tokens, tokens + n_tokens));
+    const std::string s =
+        model->model->tokenizer().decode(std::vector<int32_t>(tokens, tokens + n_tokens));
     *text_len = s.size();
     if (capacity < s.size() + 1 || !text)
       photon::fail(PHOTON_ERR_BUFFER_TOO_SMALL, "photon_model_detokenize: the buffer holds " +
@@ -171,9 +185,9 @@ photon_status photon_model_tensor_info(const photon_model* model, size_t index, 
     require(model, "photon_model_tensor_info", "model is NULL");
     const auto& tensors = model->model->file().tensors();
     if (index >= tensors.size())
-      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_model_tensor_info: index " + std::to_string(index) +
-                                                    " is past the " + std::to_string(tensors.size()) +
-                                                    " tensors");
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_model_tensor_info: index " +
+                                                    std::to_string(index) + " is past the " +
+                                                    std::to_string(tensors.size()) + " tensors");
     const photon::TensorEntry& t = tensors[index];
     if (name) *name = t.name.c_str();
     if (dtype) *dtype = static_cast<photon_dtype>(t.dtype);

@@ -23,26 +23,32 @@ void run_decode(std::span<photon_session* const> sessions, int32_t budget, int32
   std::vector<photon::DecodeTask> tasks(sessions.size());
   for (size_t i = 0; i < sessions.size(); ++i) {
     photon_session* h = sessions[i];
-    if (!h) photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": session " + std::to_string(i) + " is NULL");
+    if (!h)
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
+                   std::string(function) + ": session " + std::to_string(i) + " is NULL");
     photon::Session& s = *h->session;
     if (h->owner != sessions[0]->owner)
-      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": session " + std::to_string(i) +
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": session " +
+                                                    std::to_string(i) +
                                                     " belongs to another model than session 0");
     for (size_t j = 0; j < i; ++j)
       if (sessions[j] == h)
-        photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": session " + std::to_string(i) +
-                                                      " appears twice");
+        photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
+                     std::string(function) + ": session " + std::to_string(i) + " appears twice");
     photon::api::require_usable(h, function);
     if (s.history().empty())
-      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": session " + std::to_string(i) +
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": session " +
+                                                    std::to_string(i) +
                                                     " holds no tokens; prefill at least BOS first");
     if (h->held_token >= 0)
-      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": session " + std::to_string(i) +
-                                                    " has a token from photon_session_next_token that did "
-                                                    "not fit its buffer; fetch it first");
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
+                   std::string(function) + ": session " + std::to_string(i) +
+                       " has a token from photon_session_next_token that did "
+                       "not fit its buffer; fetch it first");
     s.cancel_requested.store(false);
-    tasks[i] = {&s, &h->decode, &h->sampler, static_cast<int64_t>(s.history().size()) + budget, max_deliver,
-                sinks[i]};
+    tasks[i] = {&s,          &h->decode,
+                &h->sampler, static_cast<int64_t>(s.history().size()) + budget,
+                max_deliver, sinks[i]};
   }
   photon::api::changing_sessions(sessions, [&] { photon::decode(tasks); });
   for (size_t i = 0; i < sessions.size(); ++i) {
@@ -62,14 +68,17 @@ photon_status photon_session_options_create(photon_session_options** out) {
   });
 }
 
-void photon_session_options_free(photon_session_options* options) { delete options; }
+void photon_session_options_free(photon_session_options* options) {
+  delete options;
+}
 
 photon_status photon_session_options_set_mode(photon_session_options* o, photon_mode mode) {
   return guard([&] {
     require(o, "photon_session_options_set_mode", "options is NULL");
     const int value = photon::api::enum_value(mode);
-    check_range(value == PHOTON_MODE_AUTO || value == PHOTON_MODE_HIERGEN || value == PHOTON_MODE_RECGEN,
-                "photon_session_options_set_mode", "unknown mode " + std::to_string(value));
+    check_range(
+        value == PHOTON_MODE_AUTO || value == PHOTON_MODE_HIERGEN || value == PHOTON_MODE_RECGEN,
+        "photon_session_options_set_mode", "unknown mode " + std::to_string(value));
     o->mode = mode;
   });
 }
@@ -102,7 +111,8 @@ photon_status photon_session_options_set_temperature(photon_session_options* o, 
 photon_status photon_session_options_set_top_k(photon_session_options* o, int32_t k) {
   return guard([&] {
     require(o, "photon_session_options_set_top_k", "options is NULL");
-    check_range(k >= 0, "photon_session_options_set_top_k", "top_k must be >= 0, got " + std::to_string(k));
+    check_range(k >= 0, "photon_session_options_set_top_k",
+                "top_k must be >= 0, got " + std::to_string(k));
     o->sampler.top_k = k;
   });
 }
@@ -125,11 +135,12 @@ photon_status photon_session_options_set_min_p(photon_session_options* o, float 
   });
 }
 
-photon_status photon_session_options_set_repetition_penalty(photon_session_options* o, float penalty,
-                                                            int32_t last_n) {
+photon_status photon_session_options_set_repetition_penalty(photon_session_options* o,
+                                                            float penalty, int32_t last_n) {
   return guard([&] {
     require(o, "photon_session_options_set_repetition_penalty", "options is NULL");
-    check_range(std::isfinite(penalty) && penalty >= 1.0f, "photon_session_options_set_repetition_penalty",
+    check_range(std::isfinite(penalty) && penalty >= 1.0f,
+                "photon_session_options_set_repetition_penalty",
                 "penalty must be finite and >= 1, got " + std::to_string(penalty));
     check_range(last_n >= 0, "photon_session_options_set_repetition_penalty",
                 "last_n must be >= 0, got " + std::to_string(last_n));
@@ -153,8 +164,8 @@ photon_status photon_session_options_add_stop_string(photon_session_options* o, 
   });
 }
 
-photon_status photon_session_create(const photon_model* model, const photon_session_options* options,
-                                    photon_session** out) {
+photon_status photon_session_create(const photon_model* model,
+                                    const photon_session_options* options, photon_session** out) {
   return guard([&] {
     require(model, "photon_session_create", "model is NULL");
     require(out, "photon_session_create", "out is NULL");
@@ -163,10 +174,12 @@ photon_status photon_session_create(const photon_model* model, const photon_sess
     const photon::ModelConfig& c = model->model->config();
     const int32_t context = o.context_length == 0 ? c.max_seq_len : o.context_length;
     if (context > c.max_seq_len)
-      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_session_create: context_length " + std::to_string(context) +
-                                                    " exceeds the model's " + std::to_string(c.max_seq_len));
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
+                   "photon_session_create: context_length " + std::to_string(context) +
+                       " exceeds the model's " + std::to_string(c.max_seq_len));
     photon::Mode mode = photon::Mode::HierGen;
-    if (c.arch == photon::Arch::Vanilla) mode = o.mode == PHOTON_MODE_RECGEN ? photon::Mode::RecGen : photon::Mode::Vanilla;
+    if (c.arch == photon::Arch::Vanilla)
+      mode = o.mode == PHOTON_MODE_RECGEN ? photon::Mode::RecGen : photon::Mode::Vanilla;
     else if (o.mode == PHOTON_MODE_RECGEN || (o.mode == PHOTON_MODE_AUTO && c.num_levels() >= 2))
       mode = photon::Mode::RecGen;
     auto handle = std::make_unique<photon_session>();
@@ -177,7 +190,9 @@ photon_status photon_session_create(const photon_model* model, const photon_sess
   });
 }
 
-void photon_session_free(photon_session* session) { delete session; }
+void photon_session_free(photon_session* session) {
+  delete session;
+}
 
 photon_mode photon_session_mode(const photon_session* session) {
   if (!session) return PHOTON_MODE_AUTO;
@@ -189,7 +204,8 @@ photon_mode photon_session_mode(const photon_session* session) {
   return PHOTON_MODE_AUTO;
 }
 
-photon_status photon_session_prefill(photon_session* session, const int32_t* tokens, size_t n_tokens) {
+photon_status photon_session_prefill(photon_session* session, const int32_t* tokens,
+                                     size_t n_tokens) {
   return guard([&] {
     require(session, "photon_session_prefill", "session is NULL");
     require(tokens || n_tokens == 0, "photon_session_prefill", "tokens is NULL");
@@ -200,20 +216,23 @@ photon_status photon_session_prefill(photon_session* session, const int32_t* tok
     const int32_t v = s.model().config().vocab_size;
     for (size_t i = 0; i < n_tokens; ++i)
       if (tokens[i] < 0 || tokens[i] >= v)
-        photon::fail(PHOTON_ERR_BAD_TOKEN, "photon_session_prefill: token " + std::to_string(tokens[i]) +
-                                               " at position " + std::to_string(i) +
-                                               " is outside the vocabulary [0, " + std::to_string(v) + ")");
+        photon::fail(PHOTON_ERR_BAD_TOKEN,
+                     "photon_session_prefill: token " + std::to_string(tokens[i]) +
+                         " at position " + std::to_string(i) + " is outside the vocabulary [0, " +
+                         std::to_string(v) + ")");
     if (s.history().size() + n_tokens > static_cast<size_t>(s.context_length()))
-      photon::fail(PHOTON_ERR_CONTEXT_FULL, "photon_session_prefill: " + std::to_string(s.history().size()) +
-                                                " + " + std::to_string(n_tokens) +
-                                                " tokens exceed the session's context of " +
-                                                std::to_string(s.context_length()));
-    photon::api::changing_sessions({&session, 1}, [&] { s.prefill(std::span<const int32_t>(tokens, n_tokens)); });
+      photon::fail(PHOTON_ERR_CONTEXT_FULL,
+                   "photon_session_prefill: " + std::to_string(s.history().size()) + " + " +
+                       std::to_string(n_tokens) + " tokens exceed the session's context of " +
+                       std::to_string(s.context_length()));
+    photon::api::changing_sessions({&session, 1},
+                                   [&] { s.prefill(std::span<const int32_t>(tokens, n_tokens)); });
   });
 }
 
 photon_status photon_session_generate(photon_session* session, int32_t max_tokens,
-                                      photon_token_callback callback, void* user_data, int32_t* n_generated) {
+                                      photon_token_callback callback, void* user_data,
+                                      int32_t* n_generated) {
   return guard([&] {
     require(session, "photon_session_generate", "session is NULL");
     photon::TokenSink sink;
@@ -221,7 +240,8 @@ photon_status photon_session_generate(photon_session* session, int32_t max_token
       sink = [&](int32_t token, std::string_view piece, float logprob) {
         return callback(user_data, token, piece.data(), piece.size(), logprob) == 0;
       };
-    run_decode({&session, 1}, max_tokens, max_tokens, {&sink, 1}, n_generated, "photon_session_generate");
+    run_decode({&session, 1}, max_tokens, max_tokens, {&sink, 1}, n_generated,
+               "photon_session_generate");
   });
 }
 
@@ -267,7 +287,8 @@ photon_status photon_session_next_token(photon_session* session, int32_t* token,
     if (piece_capacity < session->held_piece.size() + 1 && (piece || piece_capacity > 0))
       photon::fail(PHOTON_ERR_BUFFER_TOO_SMALL, "photon_session_next_token: the piece needs " +
                                                     std::to_string(session->held_piece.size() + 1) +
-                                                    " bytes, the buffer holds " + std::to_string(piece_capacity));
+                                                    " bytes, the buffer holds " +
+                                                    std::to_string(piece_capacity));
     if (piece) {
       session->held_piece.copy(piece, session->held_piece.size());
       piece[session->held_piece.size()] = '\0';
@@ -278,7 +299,8 @@ photon_status photon_session_next_token(photon_session* session, int32_t* token,
   });
 }
 
-photon_status photon_session_get_options(const photon_session* session, photon_session_options** out) {
+photon_status photon_session_get_options(const photon_session* session,
+                                         photon_session_options** out) {
   return guard([&] {
     require(session, "photon_session_get_options", "session is NULL");
     require(out, "photon_session_get_options", "out is NULL");
@@ -290,7 +312,8 @@ photon_status photon_session_get_options(const photon_session* session, photon_s
   });
 }
 
-photon_status photon_session_set_sampler(photon_session* session, const photon_session_options* options) {
+photon_status photon_session_set_sampler(photon_session* session,
+                                         const photon_session_options* options) {
   return guard([&] {
     require(session, "photon_session_set_sampler", "session is NULL");
     require(options, "photon_session_set_sampler", "options is NULL");
@@ -323,15 +346,16 @@ photon_status photon_session_tokens(const photon_session* session, int32_t* toke
   });
 }
 
-photon_status photon_session_kv_bytes(const photon_session* session, int32_t level, uint64_t* encoder_bytes,
-                                      uint64_t* window_bytes) {
+photon_status photon_session_kv_bytes(const photon_session* session, int32_t level,
+                                      uint64_t* encoder_bytes, uint64_t* window_bytes) {
   return guard([&] {
     require(session, "photon_session_kv_bytes", "session is NULL");
     const photon::ModelConfig& c = session->session->model().config();
     const int levels = c.arch == photon::Arch::Vanilla ? 1 : c.num_levels();
     if (level < 1 || level > levels)
-      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_session_kv_bytes: level " + std::to_string(level) +
-                                                    " is outside 1.." + std::to_string(levels));
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_session_kv_bytes: level " +
+                                                    std::to_string(level) + " is outside 1.." +
+                                                    std::to_string(levels));
     const photon::KvBytes b = session->session->kv_bytes(level);
     if (encoder_bytes) *encoder_bytes = b.encoder;
     if (window_bytes) *window_bytes = b.window;

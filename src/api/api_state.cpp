@@ -17,9 +17,10 @@ std::vector<uint8_t> save_blob(photon_session* session, const char* function) {
   require(session, function, "session is NULL");
   photon::api::require_usable(session, function);
   if (session->held_token >= 0)
-    photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) +
-                                                  ": a token from photon_session_next_token did not fit its "
-                                                  "buffer; fetch it first");
+    photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
+                 std::string(function) +
+                     ": a token from photon_session_next_token did not fit its "
+                     "buffer; fetch it first");
   session->decode.discard_ahead(*session->session);
   return photon::SessionCodec::save(*session->session, session->sampler, session->decode);
 }
@@ -38,14 +39,16 @@ photon_session* restore_blob(const photon_model* model, std::span<const uint8_t>
 
 extern "C" {
 
-photon_status photon_session_save(photon_session* session, void* buffer, size_t capacity, size_t* size) {
+photon_status photon_session_save(photon_session* session, void* buffer, size_t capacity,
+                                  size_t* size) {
   return guard([&] {
     require(size, "photon_session_save", "size is NULL");
     const std::vector<uint8_t> blob = save_blob(session, "photon_session_save");
     *size = blob.size();
     if (capacity < blob.size() || !buffer)
-      photon::fail(PHOTON_ERR_BUFFER_TOO_SMALL, "photon_session_save: the state needs " + std::to_string(blob.size()) +
-                                                    " bytes, the buffer holds " + std::to_string(capacity));
+      photon::fail(PHOTON_ERR_BUFFER_TOO_SMALL,
+                   "photon_session_save: the state needs " + std::to_string(blob.size()) +
+                       " bytes, the buffer holds " + std::to_string(capacity));
     std::memcpy(buffer, blob.data(), blob.size());
   });
 }
@@ -58,7 +61,8 @@ photon_status photon_session_save_file(photon_session* session, const char* path
     {
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
       if (!out) photon::fail(PHOTON_ERR_IO, std::string(path) + ": cannot create " + tmp);
-      out.write(reinterpret_cast<const char*>(blob.data()), static_cast<std::streamsize>(blob.size()));
+      out.write(reinterpret_cast<const char*>(blob.data()),
+                static_cast<std::streamsize>(blob.size()));
       out.flush();
       if (!out) {
         std::remove(tmp.c_str());
@@ -82,14 +86,16 @@ photon_status photon_session_restore(const photon_model* model, const void* data
   });
 }
 
-photon_status photon_session_restore_file(const photon_model* model, const char* path, photon_session** out) {
+photon_status photon_session_restore_file(const photon_model* model, const char* path,
+                                          photon_session** out) {
   return guard([&] {
     require(model, "photon_session_restore_file", "model is NULL");
     require(path, "photon_session_restore_file", "path is NULL");
     require(out, "photon_session_restore_file", "out is NULL");
     std::ifstream in(path, std::ios::binary);
     if (!in) photon::fail(PHOTON_ERR_IO, std::string(path) + ": cannot open the session state");
-    const std::vector<uint8_t> blob((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::vector<uint8_t> blob((std::istreambuf_iterator<char>(in)),
+                                    std::istreambuf_iterator<char>());
     if (in.bad()) photon::fail(PHOTON_ERR_IO, std::string(path) + ": read error");
     try {
       *out = restore_blob(model, blob);

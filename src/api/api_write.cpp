@@ -16,7 +16,8 @@ std::string read_file(const std::string& path) {
   // Not `stream << in.rdbuf()`: that swallows an allocation failure and returns a truncated file.
   std::string data;
   char chunk[1 << 16];
-  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) data.append(chunk, static_cast<size_t>(in.gcount()));
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0)
+    data.append(chunk, static_cast<size_t>(in.gcount()));
   if (in.bad()) photon::fail(PHOTON_ERR_IO, path + ": read error");
   return data;
 }
@@ -24,7 +25,8 @@ std::string read_file(const std::string& path) {
 // The tokenizer to embed, padded to the config's vocabulary.
 std::string tokenizer_for(const photon_write_options& o, int32_t vocab_size) {
   if (o.tokenizer_path.empty())
-    return photon::pad_tokenizer_model(photon::builtin_tokenizer_model(), vocab_size, "the built-in tokenizer");
+    return photon::pad_tokenizer_model(photon::builtin_tokenizer_model(), vocab_size,
+                                       "the built-in tokenizer");
   return photon::pad_tokenizer_model(read_file(o.tokenizer_path), vocab_size, o.tokenizer_path);
 }
 
@@ -49,7 +51,9 @@ photon_status photon_write_options_create(photon_write_options** out) {
   });
 }
 
-void photon_write_options_free(photon_write_options* options) { delete options; }
+void photon_write_options_free(photon_write_options* options) {
+  delete options;
+}
 
 photon_status photon_write_options_set_dtype(photon_write_options* o, photon_dtype dtype) {
   return guard([&] {
@@ -76,7 +80,8 @@ photon_status photon_write_options_set_seed(photon_write_options* o, uint64_t se
   });
 }
 
-photon_status photon_write_options_set_metadata(photon_write_options* o, const char* key, const char* value) {
+photon_status photon_write_options_set_metadata(photon_write_options* o, const char* key,
+                                                const char* value) {
   return guard([&] {
     require(o, "photon_write_options_set_metadata", "options is NULL");
     require(key && *key, "photon_write_options_set_metadata", "key is NULL or empty");
@@ -90,7 +95,8 @@ photon_status photon_write_options_set_metadata(photon_write_options* o, const c
   });
 }
 
-photon_status photon_write_options_set_progress(photon_write_options* o, photon_progress_callback callback,
+photon_status photon_write_options_set_progress(photon_write_options* o,
+                                                photon_progress_callback callback,
                                                 void* user_data) {
   return guard([&] {
     require(o, "photon_write_options_set_progress", "options is NULL");
@@ -107,9 +113,10 @@ photon_status photon_model_convert(const char* config_json_path, const char* wei
     require(out_path, "photon_model_convert", "out_path is NULL");
     const photon_write_options defaults;
     const photon_write_options& o = options ? *options : defaults;
-    const photon::ModelConfig config = photon::config_from_json(read_file(config_json_path), config_json_path);
-    photon::convert_npz_model(config_json_path, weights_npz_path, tokenizer_for(o, config.vocab_size),
-                              out_path, write_options(o));
+    const photon::ModelConfig config =
+        photon::config_from_json(read_file(config_json_path), config_json_path);
+    photon::convert_npz_model(config_json_path, weights_npz_path,
+                              tokenizer_for(o, config.vocab_size), out_path, write_options(o));
   });
 }
 
@@ -121,7 +128,8 @@ photon_status photon_model_init_random(const char* config_json, const char* out_
     const photon_write_options defaults;
     const photon_write_options& o = options ? *options : defaults;
     const photon::ModelConfig config = photon::config_from_json(config_json, "config");
-    photon::write_random_model(out_path, config, tokenizer_for(o, config.vocab_size), o.seed, write_options(o));
+    photon::write_random_model(out_path, config, tokenizer_for(o, config.vocab_size), o.seed,
+                               write_options(o));
   });
 }
 
@@ -130,13 +138,15 @@ const char* photon_preset_name(size_t index) {
   return index < names.size() ? names[index].c_str() : nullptr;
 }
 
-photon_status photon_preset_config(const char* name, char* json, size_t capacity, size_t* json_len) {
+photon_status photon_preset_config(const char* name, char* json, size_t capacity,
+                                   size_t* json_len) {
   return guard([&] {
     require(name, "photon_preset_config", "name is NULL");
     require(json_len, "photon_preset_config", "json_len is NULL");
     photon::ModelConfig config;
     if (!photon::find_preset(name, &config))
-      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string("photon_preset_config: unknown preset '") + name + "'");
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
+                   std::string("photon_preset_config: unknown preset '") + name + "'");
     const std::string s = photon::config_to_json(config);
     *json_len = s.size();
     if (capacity < s.size() + 1 || !json)

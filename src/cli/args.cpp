@@ -100,7 +100,9 @@ std::string Args::required(const std::string& name) const {
   return *text;
 }
 
-std::string option_label(const std::string& name) { return "--" + name; }
+std::string option_label(const std::string& name) {
+  return "--" + name;
+}
 
 namespace {
 

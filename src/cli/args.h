@@ -20,9 +20,9 @@ class UsageError : public std::runtime_error {
 struct HelpRequested {};
 
 struct OptionSpec {
-  std::string name;        // long form without dashes, e.g. "tokens"; also the lookup key
-  char short_name = 0;     // e.g. 'o' for -o; 0 for none
-  bool takes_value = true; // false for flags such as --json
+  std::string name;         // long form without dashes, e.g. "tokens"; also the lookup key
+  char short_name = 0;      // e.g. 'o' for -o; 0 for none
+  bool takes_value = true;  // false for flags such as --json
 };
 
 class Args {

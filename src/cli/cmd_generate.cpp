@@ -93,9 +93,8 @@ void apply_flags(const Args& args, photon_session_options* o) {
     check_setting(photon_session_options_set_seed(o, parse_uint64(*text, "--seed")), "--seed");
   }
   if (auto text = args.value("temperature")) {
-    check_setting(
-        photon_session_options_set_temperature(o, parse_float(*text, "--temperature")),
-        "--temperature");
+    check_setting(photon_session_options_set_temperature(o, parse_float(*text, "--temperature")),
+                  "--temperature");
   }
   if (auto text = args.value("top-k")) {
     check_setting(photon_session_options_set_top_k(o, parse_int32(*text, "--top-k")), "--top-k");
@@ -137,8 +136,7 @@ struct Stream {
   bool write_failed = false;
 };
 
-int on_token(void* user_data, int32_t token, const char* piece, size_t piece_len,
-             float logprob) {
+int on_token(void* user_data, int32_t token, const char* piece, size_t piece_len, float logprob) {
   Stream& stream = *static_cast<Stream*>(user_data);
   try {
     stream.tokens.push_back(token);
@@ -156,15 +154,13 @@ int on_token(void* user_data, int32_t token, const char* piece, size_t piece_len
 
 void print_summary(const photon_session* session, photon_stop_reason reason, const Stream& stream,
                    size_t prompt_tokens, double prefill_seconds, double generate_seconds) {
-  const double rate = generate_seconds > 0 ? static_cast<double>(stream.tokens.size()) /
-                                                 generate_seconds
-                                           : 0.0;
+  const double rate =
+      generate_seconds > 0 ? static_cast<double>(stream.tokens.size()) / generate_seconds : 0.0;
   std::fprintf(stderr,
                "photon generate: %s, prompt %zu tokens in %.3f s, generated %zu tokens in %.3f s "
                "(%.1f tok/s), stop: %s\n",
                mode_name(photon_session_mode(session)), prompt_tokens, prefill_seconds,
-               stream.tokens.size(), generate_seconds, rate,
-               stop_reason_name(reason));
+               stream.tokens.size(), generate_seconds, rate, stop_reason_name(reason));
 }
 
 constexpr int kInterruptedExitCode = 130;  // the shell's 128 + SIGINT convention
@@ -191,7 +187,8 @@ int run_generate(const std::vector<std::string>& argv) {
             0);
   args.parse(argv);
   const bool resume = args.has("resume");
-  if (args.has("prompt") && args.has("tokens")) throw UsageError("give only one of -p TEXT and --tokens IDS");
+  if (args.has("prompt") && args.has("tokens"))
+    throw UsageError("give only one of -p TEXT and --tokens IDS");
   if (!resume && !args.has("prompt") && !args.has("tokens")) {
     throw UsageError("give -p TEXT, --tokens IDS or --resume FILE");
   }
@@ -229,9 +226,11 @@ int run_generate(const std::vector<std::string>& argv) {
   photon_session* raw_session = nullptr;
   if (resume) {
     const std::string state = *args.value("resume");
-    check(photon_session_restore_file(model.get(), state.c_str(), &raw_session), "cannot resume " + state);
+    check(photon_session_restore_file(model.get(), state.c_str(), &raw_session),
+          "cannot resume " + state);
   } else {
-    check(photon_session_create(model.get(), options.get(), &raw_session), "cannot create a session");
+    check(photon_session_create(model.get(), options.get(), &raw_session),
+          "cannot create a session");
   }
   SessionPtr session(raw_session);
   if (resume) {  // the saved settings, with the sampling flags given here on top
@@ -239,7 +238,8 @@ int run_generate(const std::vector<std::string>& argv) {
     check(photon_session_get_options(session.get(), &raw), "cannot read the session's settings");
     SessionOptionsPtr saved(raw);
     apply_flags(args, saved.get());
-    check(photon_session_set_sampler(session.get(), saved.get()), "cannot apply the sampling flags");
+    check(photon_session_set_sampler(session.get(), saved.get()),
+          "cannot apply the sampling flags");
   }
   std::signal(SIGPIPE, SIG_IGN);  // a closed stdout shows up as a failed write, not a signal
 
@@ -256,7 +256,8 @@ int run_generate(const std::vector<std::string>& argv) {
     }
     start = Clock::now();
     const photon_status status =
-        prompt.empty() ? PHOTON_OK : photon_session_prefill(session.get(), prompt.data(), prompt.size());
+        prompt.empty() ? PHOTON_OK
+                       : photon_session_prefill(session.get(), prompt.data(), prompt.size());
     if (status == PHOTON_ERR_CANCELLED || g_interrupted.load()) {
       std::fprintf(stderr, "\nphoton generate: cancelled while reading the prompt\n");
       return kInterruptedExitCode;
@@ -269,7 +270,8 @@ int run_generate(const std::vector<std::string>& argv) {
   const Clock::time_point done = Clock::now();
   if (stream.write_failed) throw RuntimeFailure("cannot write to standard output");
   if (auto state = args.value("save-session")) {
-    check(photon_session_save_file(session.get(), state->c_str()), "cannot save the session to " + *state);
+    check(photon_session_save_file(session.get(), state->c_str()),
+          "cannot save the session to " + *state);
   }
 
   std::fputs("\n", stdout);

@@ -50,10 +50,10 @@ std::string describe(const std::string& config_json) {
 int list_presets() {
   for (size_t i = 0; const char* name = photon_preset_name(i); ++i) {
     const std::string json = preset_config(name);
-    std::printf("%-14s %14llu  %s\n", name,
-                static_cast<unsigned long long>(parameter_count(json, "of preset " +
-                                                                     std::string(name))),
-                describe(json).c_str());
+    std::printf(
+        "%-14s %14llu  %s\n", name,
+        static_cast<unsigned long long>(parameter_count(json, "of preset " + std::string(name))),
+        describe(json).c_str());
   }
   return 0;
 }
@@ -94,9 +94,9 @@ int run_init(const std::vector<std::string>& argv) {
   const std::string seed = args.value("seed").value_or("0");
   check(photon_write_options_set_metadata(options.get(), "seed", seed.c_str()),
         "cannot record the seed");
-  check(photon_write_options_set_metadata(options.get(), has_preset ? "preset" : "source",
-                                          has_preset ? args.value("preset")->c_str()
-                                                     : args.value("config")->c_str()),
+  check(photon_write_options_set_metadata(
+            options.get(), has_preset ? "preset" : "source",
+            has_preset ? args.value("preset")->c_str() : args.value("config")->c_str()),
         "cannot record the configuration's origin");
   check(photon_model_init_random(json.c_str(), output.c_str(), options.get()),
         "cannot write '" + output + "'");

@@ -103,9 +103,8 @@ void print_json(const std::string& path, const photon_model* model, uint64_t fil
                     {"offset", tensor.offset},
                     {"bytes", tensor.bytes}});
   }
-  out["file"] = {{"size", file_size},
-                 {"data_offset", photon_model_data_offset(model)},
-                 {"tensors", rows}};
+  out["file"] = {
+      {"size", file_size}, {"data_offset", photon_model_data_offset(model)}, {"tensors", rows}};
   ordered_json metadata = ordered_json::object();
   for (size_t i = 0; i < photon_model_metadata_count(model); ++i) {
     const char *key = nullptr, *value = nullptr;
@@ -134,9 +133,9 @@ void print_human(const std::string& path, const photon_model* model, uint64_t fi
 
   std::printf("\nparameters   %s\n", group_digits(total).c_str());
   for (const Module& module : modules) {
-    const double share = total > 0 ? 100.0 * static_cast<double>(module.parameters) /
-                                         static_cast<double>(total)
-                                   : 0.0;
+    const double share =
+        total > 0 ? 100.0 * static_cast<double>(module.parameters) / static_cast<double>(total)
+                  : 0.0;
     std::printf("  %-14s %15s  %5.1f%%\n", module.name.c_str(),
                 group_digits(module.parameters).c_str(), share);
   }

@@ -180,12 +180,16 @@ std::string quoted(const std::string& text) {
   return out + "\"";
 }
 
-bool stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }
+bool stderr_is_terminal() {
+  return isatty(STDERR_FILENO) == 1;
+}
 
 ProgressBar::ProgressBar(std::string label)
     : label_(std::move(label)), enabled_(stderr_is_terminal()) {}
 
-ProgressBar::~ProgressBar() { finish(); }
+ProgressBar::~ProgressBar() {
+  finish();
+}
 
 void ProgressBar::finish() {
   if (enabled_ && last_percent_ >= 0) std::fputs("\r\033[K", stderr);

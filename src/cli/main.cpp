@@ -5,15 +5,15 @@
 #include <string>
 #include <vector>
 
-#include "common.h"
 #include "commands.h"
+#include "common.h"
 #include "photon.h"
 
 namespace photon::cli {
 namespace {
 
-const Command* const kCommands[] = {&kConvertCommand, &kInitCommand, &kInspectCommand,
-                                    &kScoreCommand, &kGenerateCommand, &kBenchCommand};
+const Command* const kCommands[] = {&kConvertCommand, &kInitCommand,     &kInspectCommand,
+                                    &kScoreCommand,   &kGenerateCommand, &kBenchCommand};
 
 const Command* find_command(const std::string& name) {
   for (const Command* command : kCommands) {
@@ -107,4 +107,6 @@ int main_impl(int argc, char** argv) {
 }  // namespace
 }  // namespace photon::cli
 
-int main(int argc, char** argv) { return photon::cli::main_impl(argc, argv); }
+int main(int argc, char** argv) {
+  return photon::cli::main_impl(argc, argv);
+}

@@ -31,9 +31,11 @@ void validate_stack(const StackConfig& s, const std::string& name, const std::st
 
 void validate_with_origin(const ModelConfig& c, const std::string& origin) {
   constexpr int kMaxDim = 1 << 16;
-  if (c.vocab_size < 1 || c.vocab_size > (1 << 24)) bad(origin, "vocab_size must be in 1..16777216");
+  if (c.vocab_size < 1 || c.vocab_size > (1 << 24))
+    bad(origin, "vocab_size must be in 1..16777216");
   if (!(c.norm_eps > 0.0f) || !(c.norm_eps < 1.0f)) bad(origin, "norm_eps must be in (0, 1)");
-  if (!(c.rope_theta > 1.0f) || c.rope_theta > 1e12f) bad(origin, "rope_theta must be in (1, 1e12]");
+  if (!(c.rope_theta > 1.0f) || c.rope_theta > 1e12f)
+    bad(origin, "rope_theta must be in (1, 1e12]");
   if (c.max_seq_len < 1 || c.max_seq_len > (1 << 24))
     bad(origin, "max_seq_len must be in 1..16777216");
   if (c.arch == Arch::Vanilla) {
@@ -53,13 +55,15 @@ void validate_with_origin(const ModelConfig& c, const std::string& origin) {
     if (lv.prefix_len < 1 || lv.prefix_len > 64) bad(origin, name + ".prefix_len must be in 1..64");
     const int64_t chunk_width = int64_t{lv.chunk_len} * c.latent_dim(l - 1);
     if (lv.chunker == ChunkerKind::Concat && chunk_width != lv.dim)
-      bad(origin, name + ": a concat chunker needs dim == chunk_len * " +
-                      (l == 1 ? std::string("embed_dim") : "levels[" + std::to_string(l - 2) + "].dim") +
-                      " (" + std::to_string(chunk_width) + "), got " + std::to_string(lv.dim));
+      bad(origin,
+          name + ": a concat chunker needs dim == chunk_len * " +
+              (l == 1 ? std::string("embed_dim") : "levels[" + std::to_string(l - 2) + "].dim") +
+              " (" + std::to_string(chunk_width) + "), got " + std::to_string(lv.dim));
     validate_stack(lv.encoder, name + ".encoder", origin);
     validate_stack(lv.decoder, name + ".decoder", origin);
     block *= lv.chunk_len;
-    if (block > (int64_t{1} << 24)) bad(origin, "the product of chunk_len over levels is too large");
+    if (block > (int64_t{1} << 24))
+      bad(origin, "the product of chunk_len over levels is too large");
   }
 }
 
@@ -67,9 +71,11 @@ StackConfig stack_from_json(const json& j, const std::string& name, const std::s
   if (!j.is_object()) bad(origin, name + " must be an object");
   StackConfig s;
   auto get = [&](const char* key) {
-    if (!j.contains(key) || !j[key].is_number_integer()) bad(origin, name + "." + key + " must be an integer");
+    if (!j.contains(key) || !j[key].is_number_integer())
+      bad(origin, name + "." + key + " must be an integer");
     const int64_t v = j[key].get<int64_t>();
-    if (v < 0 || v > std::numeric_limits<int>::max()) bad(origin, name + "." + key + " is out of range");
+    if (v < 0 || v > std::numeric_limits<int>::max())
+      bad(origin, name + "." + key + " is out of range");
     return static_cast<int>(v);
   };
   s.layers = get("layers");
@@ -81,11 +87,15 @@ StackConfig stack_from_json(const json& j, const std::string& name, const std::s
 }
 
 json stack_to_json(const StackConfig& s) {
-  return json{{"layers", s.layers}, {"heads", s.heads}, {"kv_heads", s.kv_heads},
-              {"head_dim", s.head_dim}, {"ffn_dim", s.ffn_dim}};
+  return json{{"layers", s.layers},
+              {"heads", s.heads},
+              {"kv_heads", s.kv_heads},
+              {"head_dim", s.head_dim},
+              {"ffn_dim", s.ffn_dim}};
 }
 
-void add_stack(std::vector<TensorSpec>& out, const std::string& p, const StackConfig& s, int64_t d) {
+void add_stack(std::vector<TensorSpec>& out, const std::string& p, const StackConfig& s,
+               int64_t d) {
   for (int i = 0; i < s.layers; ++i) {
     const std::string L = p + "layers." + std::to_string(i) + ".";
     out.push_back({L + "attn_norm", {d}});
@@ -101,7 +111,9 @@ void add_stack(std::vector<TensorSpec>& out, const std::string& p, const StackCo
   out.push_back({p + "norm", {d}});
 }
 
-StackConfig paper_stack(int d, int f, int layers) { return {layers, 32, 32, d / 32, f}; }
+StackConfig paper_stack(int d, int f, int layers) {
+  return {layers, 32, 32, d / 32, f};
+}
 
 ModelConfig paper_photon(int d, int f, int de, int layers) {
   ModelConfig c;
@@ -110,8 +122,10 @@ ModelConfig paper_photon(int d, int f, int de, int layers) {
   c.max_seq_len = 4096;
   c.embed_dim = de;
   c.token_dim = d;
-  c.levels.push_back({4, ChunkerKind::Concat, d, 2, paper_stack(d, f, layers), paper_stack(d, f, layers)});
-  c.levels.push_back({4, ChunkerKind::Linear, d, 2, paper_stack(d, f, layers), paper_stack(d, f, layers)});
+  c.levels.push_back(
+      {4, ChunkerKind::Concat, d, 2, paper_stack(d, f, layers), paper_stack(d, f, layers)});
+  c.levels.push_back(
+      {4, ChunkerKind::Linear, d, 2, paper_stack(d, f, layers), paper_stack(d, f, layers)});
   return c;
 }
 
@@ -179,7 +193,9 @@ int64_t ModelConfig::block_tokens(int l) const {
   return b;
 }
 
-void validate_config(const ModelConfig& config) { validate_with_origin(config, "config"); }
+void validate_config(const ModelConfig& config) {
+  validate_with_origin(config, "config");
+}
 
 ModelConfig config_from_json(const std::string& text, const std::string& origin) {
   json j;
@@ -190,9 +206,11 @@ ModelConfig config_from_json(const std::string& text, const std::string& origin)
   }
   if (!j.is_object()) bad(origin, "the configuration must be a JSON object");
   auto get_int = [&](const json& o, const char* key) {
-    if (!o.contains(key) || !o[key].is_number_integer()) bad(origin, std::string(key) + " must be an integer");
+    if (!o.contains(key) || !o[key].is_number_integer())
+      bad(origin, std::string(key) + " must be an integer");
     const int64_t v = o[key].get<int64_t>();
-    if (v < 0 || v > std::numeric_limits<int>::max()) bad(origin, std::string(key) + " is out of range");
+    if (v < 0 || v > std::numeric_limits<int>::max())
+      bad(origin, std::string(key) + " is out of range");
     return static_cast<int>(v);
   };
   auto get_float = [&](const char* key, float fallback) {
@@ -212,9 +230,12 @@ ModelConfig config_from_json(const std::string& text, const std::string& origin)
   };
   ModelConfig c;
   const std::string arch = get_string(j, "", "arch");
-  if (arch == "photon") c.arch = Arch::Photon;
-  else if (arch == "vanilla") c.arch = Arch::Vanilla;
-  else bad(origin, "arch must be \"photon\" or \"vanilla\", got \"" + arch + "\"");
+  if (arch == "photon")
+    c.arch = Arch::Photon;
+  else if (arch == "vanilla")
+    c.arch = Arch::Vanilla;
+  else
+    bad(origin, "arch must be \"photon\" or \"vanilla\", got \"" + arch + "\"");
   c.vocab_size = get_int(j, "vocab_size");
   c.norm_eps = get_float("norm_eps", 1e-5f);
   c.rope_theta = get_float("rope_theta", 10000.0f);
@@ -233,12 +254,16 @@ ModelConfig config_from_json(const std::string& text, const std::string& origin)
       LevelConfig lv;
       lv.chunk_len = get_int(lj, "chunk_len");
       const std::string chunker = get_string(lj, name + ".", "chunker");
-      if (chunker == "concat") lv.chunker = ChunkerKind::Concat;
-      else if (chunker == "linear") lv.chunker = ChunkerKind::Linear;
-      else bad(origin, name + ".chunker must be \"concat\" or \"linear\"");
+      if (chunker == "concat")
+        lv.chunker = ChunkerKind::Concat;
+      else if (chunker == "linear")
+        lv.chunker = ChunkerKind::Linear;
+      else
+        bad(origin, name + ".chunker must be \"concat\" or \"linear\"");
       lv.dim = get_int(lj, "dim");
       lv.prefix_len = get_int(lj, "prefix_len");
-      if (!lj.contains("encoder") || !lj.contains("decoder")) bad(origin, name + " needs encoder and decoder");
+      if (!lj.contains("encoder") || !lj.contains("decoder"))
+        bad(origin, name + " needs encoder and decoder");
       lv.encoder = stack_from_json(lj["encoder"], name + ".encoder", origin);
       lv.decoder = stack_from_json(lj["decoder"], name + ".decoder", origin);
       c.levels.push_back(lv);
@@ -251,19 +276,28 @@ ModelConfig config_from_json(const std::string& text, const std::string& origin)
 std::string config_to_json(const ModelConfig& c) {
   json j;
   if (c.arch == Arch::Vanilla) {
-    j = json{{"arch", "vanilla"}, {"vocab_size", c.vocab_size}, {"dim", c.dim},
-             {"layers", c.stack.layers}, {"heads", c.stack.heads}, {"kv_heads", c.stack.kv_heads},
-             {"head_dim", c.stack.head_dim}, {"ffn_dim", c.stack.ffn_dim}};
+    j = json{{"arch", "vanilla"},
+             {"vocab_size", c.vocab_size},
+             {"dim", c.dim},
+             {"layers", c.stack.layers},
+             {"heads", c.stack.heads},
+             {"kv_heads", c.stack.kv_heads},
+             {"head_dim", c.stack.head_dim},
+             {"ffn_dim", c.stack.ffn_dim}};
   } else {
     json levels = json::array();
     for (const LevelConfig& lv : c.levels)
       levels.push_back(json{{"chunk_len", lv.chunk_len},
                             {"chunker", lv.chunker == ChunkerKind::Concat ? "concat" : "linear"},
-                            {"dim", lv.dim}, {"prefix_len", lv.prefix_len},
+                            {"dim", lv.dim},
+                            {"prefix_len", lv.prefix_len},
                             {"encoder", stack_to_json(lv.encoder)},
                             {"decoder", stack_to_json(lv.decoder)}});
-    j = json{{"arch", "photon"}, {"vocab_size", c.vocab_size}, {"embed_dim", c.embed_dim},
-             {"token_dim", c.token_dim}, {"levels", levels}};
+    j = json{{"arch", "photon"},
+             {"vocab_size", c.vocab_size},
+             {"embed_dim", c.embed_dim},
+             {"token_dim", c.token_dim},
+             {"levels", levels}};
   }
   // Floats are written with the digits that identify them (1e-05, not 9.99999974737875e-06).
   auto shortest = [](float v) {

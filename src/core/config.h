@@ -49,7 +49,7 @@ struct ModelConfig {
 
   int num_levels() const { return static_cast<int>(levels.size()); }
   const LevelConfig& level(int l) const { return levels[l - 1]; }  // 1-based, as in the spec
-  int latent_dim(int l) const { return l == 0 ? embed_dim : level(l).dim; }     // D_l
+  int latent_dim(int l) const { return l == 0 ? embed_dim : level(l).dim; }       // D_l
   int decoder_dim(int l) const { return l == 1 ? token_dim : level(l - 1).dim; }  // E_l
   // B_l = C_1 ... C_l: tokens spanned by one level-l unit (B_0 = 1).
   int64_t block_tokens(int l) const;

@@ -10,7 +10,9 @@ namespace photon {
 
 enum class DType : uint8_t { F32 = 0, F16 = 1, BF16 = 2 };
 
-inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
+inline size_t dtype_size(DType t) {
+  return t == DType::F32 ? 4 : 2;
+}
 const char* dtype_name(DType t);
 // Parses "f32" | "f16" | "bf16"; returns false for anything else.
 bool dtype_from_name(const std::string& name, DType* out);

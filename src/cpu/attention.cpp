@@ -1,10 +1,10 @@
 #include "cpu/attention.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
-
-#include <omp.h>
 
 namespace photon::cpu {
 

@@ -16,10 +16,11 @@ void linear(const float* x, int n, int in, const float* w, int out, const float*
     // Decoding applies each weight matrix to a handful of rows. GEMM would pack all of W for
     // them (as costly as the product itself); GEMV streams W once per row from cache instead.
     for (int r = 0; r < n; ++r)
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x + static_cast<long>(r) * in, 1, beta,
-                  y + static_cast<long>(r) * out, 1);
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x + static_cast<long>(r) * in,
+                  1, beta, y + static_cast<long>(r) * out, 1);
   } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, beta, y, out);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, beta, y,
+                out);
   }
   if (bias) {
     for (int r = 0; r < n; ++r) {

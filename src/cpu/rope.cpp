@@ -22,7 +22,7 @@ void RopeTable::build(const int64_t* positions, int n, int head_dim, float theta
 
 void rope_apply(float* x, int n, int heads, int head_dim, const RopeTable& table) {
   const int half = head_dim / 2;
-#pragma omp parallel for if (static_cast<long>(n) * heads * head_dim > (1 << 18))
+#pragma omp parallel for if (static_cast <long>(n) * heads * head_dim > (1 << 18))
   for (int r = 0; r < n; ++r) {
     const float* c = table.cos.data() + static_cast<size_t>(r) * half;
     const float* s = table.sin.data() + static_cast<size_t>(r) * half;

@@ -12,7 +12,8 @@ namespace {
 
 constexpr size_t kRecentText = 4096;  // bytes of delivered text kept for stop-string matching
 
-bool hits_stop_string(const std::string& text, size_t new_from, const std::vector<std::string>& stops) {
+bool hits_stop_string(const std::string& text, size_t new_from,
+                      const std::vector<std::string>& stops) {
   for (const std::string& stop : stops) {
     const size_t from = new_from >= stop.size() ? new_from - stop.size() + 1 : 0;
     if (text.find(stop, from) != std::string::npos) return true;
@@ -30,10 +31,14 @@ int32_t last_text_token(const Tokenizer& tok, const std::vector<int32_t>& histor
 bool finished_before_sampling(DecodeTask& t) {
   if (t.reason != PHOTON_STOP_NONE) return true;
   const int64_t next = static_cast<int64_t>(t.session->history().size());
-  if (next >= t.limit) t.reason = PHOTON_STOP_LENGTH;
-  else if (t.delivered >= t.max_deliver) return true;
-  else if (t.session->cancel_requested.load(std::memory_order_relaxed)) t.reason = PHOTON_STOP_CANCELLED;
-  else if (next >= t.session->context_length()) t.reason = PHOTON_STOP_CONTEXT_FULL;
+  if (next >= t.limit)
+    t.reason = PHOTON_STOP_LENGTH;
+  else if (t.delivered >= t.max_deliver)
+    return true;
+  else if (t.session->cancel_requested.load(std::memory_order_relaxed))
+    t.reason = PHOTON_STOP_CANCELLED;
+  else if (next >= t.session->context_length())
+    t.reason = PHOTON_STOP_CONTEXT_FULL;
   return t.reason != PHOTON_STOP_NONE;
 }
 
@@ -60,8 +65,10 @@ void deliver(DecodeTask& t, const Tokenizer& tok) {
     const bool stop_string = !t.config->stop_strings.empty() &&
                              hits_stop_string(st.recent, before, t.config->stop_strings);
     if (st.recent.size() > 2 * kRecentText) st.recent.erase(0, st.recent.size() - kRecentText);
-    if (t.sink && !t.sink(sampled.token, piece, sampled.logprob)) t.reason = PHOTON_STOP_CALLBACK;
-    else if (stop_string) t.reason = PHOTON_STOP_STRING;
+    if (t.sink && !t.sink(sampled.token, piece, sampled.logprob))
+      t.reason = PHOTON_STOP_CALLBACK;
+    else if (stop_string)
+      t.reason = PHOTON_STOP_STRING;
   }
 }
 
@@ -76,7 +83,8 @@ void by_session_type(const std::vector<DecodeTask*>& tasks, Fn fn) {
     indices.clear();
     const Session& first = *tasks[i]->session;
     for (size_t j = i; j < tasks.size(); ++j)
-      if (const Session& other = *tasks[j]->session; !grouped[j] && typeid(other) == typeid(first)) {
+      if (const Session& other = *tasks[j]->session;
+          !grouped[j] && typeid(other) == typeid(first)) {
         grouped[j] = true;
         indices.push_back(j);
       }
@@ -106,7 +114,8 @@ void decode(std::span<DecodeTask> tasks) {
     for (DecodeTask& t : tasks) {
       if (finished_before_sampling(t)) continue;
       any_active = true;
-      if (!t.state->ready.count(static_cast<int64_t>(t.session->history().size()))) sampling.push_back(&t);
+      if (!t.state->ready.count(static_cast<int64_t>(t.session->history().size())))
+        sampling.push_back(&t);
     }
     if (!any_active) break;
 
@@ -122,7 +131,8 @@ void decode(std::span<DecodeTask> tasks) {
       for (size_t i = 0; i < sampling.size(); ++i) {
         DecodeTask& t = *sampling[i];
         t.session->lanes(t.limit, !t.config->penalized(), lanes[i]);
-        if (lanes[i].empty() || lanes[i][0].position != static_cast<int64_t>(t.session->history().size()))
+        if (lanes[i].empty() ||
+            lanes[i][0].position != static_cast<int64_t>(t.session->history().size()))
           fail(PHOTON_ERR_INTERNAL, "decode: a session has no lane for its next position");
         n_lanes += lanes[i].size();
       }
@@ -130,10 +140,11 @@ void decode(std::span<DecodeTask> tasks) {
       hidden.resize(n_lanes * dim);
       size_t r = 0;
       for (const auto& ls : lanes)
-        for (const Lane& lane : ls) std::memcpy(hidden.data() + (r++) * dim, lane.hidden, dim * sizeof(float));
+        for (const Lane& lane : ls)
+          std::memcpy(hidden.data() + (r++) * dim, lane.hidden, dim * sizeof(float));
       logits.resize(n_lanes * vocab);
-      cpu::linear(hidden.data(), static_cast<int>(n_lanes), dim, model.weights().lm_head, vocab, nullptr,
-                  logits.data());
+      cpu::linear(hidden.data(), static_cast<int>(n_lanes), dim, model.weights().lm_head, vocab,
+                  nullptr, logits.data());
       tokens.assign(sampling.size(), {});
       r = 0;
       for (size_t i = 0; i < sampling.size(); ++i) {
@@ -141,9 +152,11 @@ void decode(std::span<DecodeTask> tasks) {
         for (const Lane& lane : lanes[i]) {
           const float* raw = logits.data() + (r++) * vocab;
           row.assign(raw, raw + vocab);
-          const int32_t token = sampler.sample(*t.config, row.data(), vocab, lane.position, t.session->history());
+          const int32_t token =
+              sampler.sample(*t.config, row.data(), vocab, lane.position, t.session->history());
           tokens[i].push_back(token);
-          t.state->ready[lane.position] = {token, static_cast<float>(raw[token] - cpu::log_sum_exp(raw, vocab))};
+          t.state->ready[lane.position] = {
+              token, static_cast<float>(raw[token] - cpu::log_sum_exp(raw, vocab))};
         }
       }
       // Feed back, batched per session type.

@@ -39,7 +39,8 @@ void hier_append(const Model& model, HierState& st, std::span<const int32_t> tok
     const int cl = c.level(l).chunk_len, dp = c.latent_dim(l - 1), dl = c.latent_dim(l);
     const int64_t total = lv.n_pending + n_fresh, units = total / cl;
     all.resize(static_cast<size_t>(total) * dp);
-    std::memcpy(all.data(), lv.pending.data(), static_cast<size_t>(lv.n_pending) * dp * sizeof(float));
+    std::memcpy(all.data(), lv.pending.data(),
+                static_cast<size_t>(lv.n_pending) * dp * sizeof(float));
     std::memcpy(all.data() + static_cast<size_t>(lv.n_pending) * dp, fresh.data(),
                 static_cast<size_t>(n_fresh) * dp * sizeof(float));
     encoded.resize(static_cast<size_t>(units) * dl);
@@ -51,7 +52,8 @@ void hier_append(const Model& model, HierState& st, std::span<const int32_t> tok
     std::memcpy(lv.pending.data(), all.data() + static_cast<size_t>(units) * cl * dp,
                 static_cast<size_t>(lv.n_pending) * dp * sizeof(float));
     if (l == L && units > 0) {
-      std::memcpy(st.top_last.data(), encoded.data() + static_cast<size_t>(units - 1) * dl, dl * sizeof(float));
+      std::memcpy(st.top_last.data(), encoded.data() + static_cast<size_t>(units - 1) * dl,
+                  dl * sizeof(float));
       st.has_top = true;
     }
     fresh.swap(encoded);
@@ -84,7 +86,8 @@ void hier_step(const Model& model, std::span<HierState* const> states,
   // latent: the completed child's encoder state (chunker input); input: what its parent's window
   // reads for it (tok_emb_dec at level 1, the same encoder state above).
   std::vector<std::vector<float>> latent(n), input(n);
-  std::vector<int> changed(n, L + 1);  // highest level whose window got a new output (L+1: new top unit)
+  std::vector<int> changed(
+      n, L + 1);  // highest level whose window got a new output (L+1: new top unit)
   std::vector<size_t> active;
   for (size_t i = 0; i < n; ++i) {
     latent[i].resize(c.embed_dim);
@@ -103,7 +106,8 @@ void hier_step(const Model& model, std::span<HierState* const> states,
     completing.clear();
     for (size_t i : active) {
       HierLevel& lv = states[i]->level(l);
-      std::memcpy(lv.pending.data() + static_cast<size_t>(lv.n_pending) * dp, latent[i].data(), dp * sizeof(float));
+      std::memcpy(lv.pending.data() + static_cast<size_t>(lv.n_pending) * dp, latent[i].data(),
+                  dp * sizeof(float));
       if (++lv.n_pending < cl) {
         feeds.push_back({&lv.window, nullptr, input[i].data(), 1});
         changed[i] = l;

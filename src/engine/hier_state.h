@@ -12,17 +12,17 @@
 namespace photon {
 
 struct HierLevel {
-  KvCache encoder;              // X(l) of the complete level-l units so far
-  std::vector<float> pending;   // [C_l, D_{l-1}]: latents of the open unit's complete children
+  KvCache encoder;             // X(l) of the complete level-l units so far
+  std::vector<float> pending;  // [C_l, D_{l-1}]: latents of the open unit's complete children
   int n_pending = 0;
-  Window window;                // the open level-l unit's window
+  Window window;  // the open level-l unit's window
 };
 
 struct HierState {
   std::vector<HierLevel> levels;  // index l - 1
   std::vector<float> top_last;    // X(L) of the last complete top unit
   bool has_top = false;
-  int64_t pos = 0;                // tokens consumed
+  int64_t pos = 0;  // tokens consumed
 
   // encoder_capacity[l - 1]: complete level-l units the encoder cache can hold.
   void allocate(const Model& model, std::span<const int> encoder_capacity);

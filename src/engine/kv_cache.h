@@ -25,14 +25,18 @@ struct KvCache {
     k.assign(n, 0.0f);
     v.assign(n, 0.0f);
   }
-  void release() {
-    *this = KvCache();
+  void release() { *this = KvCache(); }
+  float* k_at(int layer, int pos) {
+    return k.data() + (static_cast<size_t>(layer) * capacity + pos) * kv_dim;
   }
-  float* k_at(int layer, int pos) { return k.data() + (static_cast<size_t>(layer) * capacity + pos) * kv_dim; }
-  float* v_at(int layer, int pos) { return v.data() + (static_cast<size_t>(layer) * capacity + pos) * kv_dim; }
+  float* v_at(int layer, int pos) {
+    return v.data() + (static_cast<size_t>(layer) * capacity + pos) * kv_dim;
+  }
   // Bytes of the positions in use (K and V, f32), as reported by photon_session_kv_bytes.
   uint64_t bytes_in_use() const { return uint64_t{2} * layers * len * kv_dim * sizeof(float); }
-  uint64_t bytes_reserved() const { return uint64_t{2} * layers * capacity * kv_dim * sizeof(float); }
+  uint64_t bytes_reserved() const {
+    return uint64_t{2} * layers * capacity * kv_dim * sizeof(float);
+  }
 };
 
 }  // namespace photon

@@ -72,7 +72,8 @@ void run_windows(const Model& model, int level, std::span<const WindowJob> jobs,
   s.chunk.resize(static_cast<size_t>(opening) * r * e);
   int o = 0;
   for (const WindowJob& j : jobs)
-    if (j.cond) std::memcpy(s.cond.data() + static_cast<size_t>(o++) * d, j.cond, d * sizeof(float));
+    if (j.cond)
+      std::memcpy(s.cond.data() + static_cast<size_t>(o++) * d, j.cond, d * sizeof(float));
   cpu::linear(s.cond.data(), opening, d, lw.converter_w, r * e, lw.converter_b, s.chunk.data());
 
   s.x.resize(static_cast<size_t>(rows) * e);
@@ -105,7 +106,8 @@ void run_windows(const Model& model, int level, std::span<const WindowJob> jobs,
     // The outputs are the rows at positions R - 1, R, ...: the last n_inputs + (opened) rows.
     const int produced = j.n_inputs + (j.cond ? 1 : 0);
     std::memcpy(w.outputs.data() + static_cast<size_t>(w.n_outputs) * e,
-                s.x.data() + (row + n - produced) * e, static_cast<size_t>(produced) * e * sizeof(float));
+                s.x.data() + (row + n - produced) * e,
+                static_cast<size_t>(produced) * e * sizeof(float));
     w.n_outputs += produced;
     w.consumed += j.n_inputs;
     row += n;
@@ -169,7 +171,8 @@ void score_photon(const Model& model, std::span<const int32_t> tokens, float* ou
   // the conditioners of level l - 1 (and at level 1 the hidden state that predicts each token).
   std::vector<float> cond(static_cast<size_t>(N[L]) * c.latent_dim(L));
   for (int64_t u = 0; u < N[L]; ++u)
-    std::memcpy(cond.data() + u * c.latent_dim(L), u == 0 ? w.start : X[L].data() + (u - 1) * c.latent_dim(L),
+    std::memcpy(cond.data() + u * c.latent_dim(L),
+                u == 0 ? w.start : X[L].data() + (u - 1) * c.latent_dim(L),
                 c.latent_dim(L) * sizeof(float));
   std::vector<float> inputs;
   for (int l = L; l >= 1; --l) {
@@ -188,15 +191,19 @@ void score_photon(const Model& model, std::span<const int32_t> tokens, float* ou
         input_offsets.push_back(inputs.size());
         inputs.resize(inputs.size() + static_cast<size_t>(children - 1) * e);
         float* in = inputs.data() + input_offsets.back();
-        if (l == 1) gather_rows(w.tok_emb_dec, e, tokens.subspan(first, children - 1), in);
-        else if (children > 1)  // a window of its conditioning alone copies nothing (in may be null)
-          std::memcpy(in, X[l - 1].data() + first * e, static_cast<size_t>(children - 1) * e * sizeof(float));
+        if (l == 1)
+          gather_rows(w.tok_emb_dec, e, tokens.subspan(first, children - 1), in);
+        else if (children >
+                 1)  // a window of its conditioning alone copies nothing (in may be null)
+          std::memcpy(in, X[l - 1].data() + first * e,
+                      static_cast<size_t>(children - 1) * e * sizeof(float));
         allocate_window(model, l, &windows[i]);
       }
       for (int64_t i = 0; i < count; ++i) {
         const int64_t u = u0 + i;
         const int children = static_cast<int>(std::min<int64_t>(cl, N[l - 1] - u * cl));
-        jobs.push_back({&windows[i], cond.data() + u * dl, inputs.data() + input_offsets[i], children - 1});
+        jobs.push_back(
+            {&windows[i], cond.data() + u * dl, inputs.data() + input_offsets[i], children - 1});
       }
       run_windows(model, l, jobs, s);
       for (int64_t i = 0; i < count; ++i)
@@ -215,8 +222,10 @@ void score_tokens(const Model& model, std::span<const int32_t> tokens, float* ou
   Scratch s;
   out[0] = NAN;
   if (tokens.size() < 2) return;
-  if (model.config().arch == Arch::Vanilla) score_vanilla(model, tokens, out, s);
-  else score_photon(model, tokens, out, s);
+  if (model.config().arch == Arch::Vanilla)
+    score_vanilla(model, tokens, out, s);
+  else
+    score_photon(model, tokens, out, s);
 }
 
 }  // namespace photon

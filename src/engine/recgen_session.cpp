@@ -14,7 +14,8 @@ int64_t child_index(const ModelConfig& c, int level, int64_t pos) {
 
 }  // namespace
 
-RecGenSession::RecGenSession(const Model& model, int context) : Session(model, Mode::RecGen, context) {
+RecGenSession::RecGenSession(const Model& model, int context)
+    : Session(model, Mode::RecGen, context) {
   const ModelConfig& c = model.config();
   const int L = c.num_levels();
   const StackConfig& enc = c.level(L).encoder;
@@ -27,7 +28,9 @@ RecGenSession::RecGenSession(const Model& model, int context) : Session(model, M
   for (Window& w : group_) allocate_window(model, 1, &w);
 }
 
-int64_t RecGenSession::group_end() const { return group_start_ + model_.config().block_tokens(2); }
+int64_t RecGenSession::group_end() const {
+  return group_start_ + model_.config().block_tokens(2);
+}
 
 void RecGenSession::prefill(std::span<const int32_t> tokens) {
   if (generated_)
@@ -60,10 +63,11 @@ void RecGenSession::prefill(std::span<const int32_t> tokens) {
 // Runs each session's level-l window over its open unit's prompt children, then on its own
 // outputs: o_j for every child not entirely in the prompt is that child's latent (Xhat) and also
 // its input y. All sessions step together.
-void RecGenSession::compute_plans(const Model& model, int level, std::span<RecGenSession* const> sessions,
+void RecGenSession::compute_plans(const Model& model, int level,
+                                  std::span<RecGenSession* const> sessions,
                                   std::span<const float* const> conds,
-                                  std::span<const float* const> prompt_children, std::span<const int> n_prompt,
-                                  Scratch& s) {
+                                  std::span<const float* const> prompt_children,
+                                  std::span<const int> n_prompt, Scratch& s) {
   const ModelConfig& c = model.config();
   const int cl = c.level(level).chunk_len, dp = c.latent_dim(level - 1);
   const size_t n = sessions.size();
@@ -90,8 +94,8 @@ void RecGenSession::compute_plans(const Model& model, int level, std::span<RecGe
 }
 
 void RecGenSession::open_groups(const Model& model, std::span<RecGenSession* const> sessions,
-                                std::span<const int> first_window, std::span<const std::vector<int32_t>> open_tokens,
-                                Scratch& s) {
+                                std::span<const int> first_window,
+                                std::span<const std::vector<int32_t>> open_tokens, Scratch& s) {
   const ModelConfig& c = model.config();
   const int c1 = c.level(1).chunk_len, d1 = c.latent_dim(1);
   std::vector<std::vector<float>> inputs(sessions.size());
@@ -108,7 +112,8 @@ void RecGenSession::open_groups(const Model& model, std::span<RecGenSession* con
       }
       const bool open = j == first_window[i];
       jobs.push_back({&r.group_[j], r.plans_[2].data() + static_cast<size_t>(j) * d1,
-                      open ? inputs[i].data() : nullptr, open ? static_cast<int>(open_tokens[i].size()) : 0});
+                      open ? inputs[i].data() : nullptr,
+                      open ? static_cast<int>(open_tokens[i].size()) : 0});
     }
   }
   run_windows(model, 1, jobs, s);
@@ -136,7 +141,8 @@ void RecGenSession::build_from(HierState& st) {
   open_groups(model_, {&self, 1}, {&first, 1}, {&open, 1}, scratch_);
 }
 
-void RecGenSession::advance_groups(const Model& model, std::span<RecGenSession* const> sessions, Scratch& s) {
+void RecGenSession::advance_groups(const Model& model, std::span<RecGenSession* const> sessions,
+                                   Scratch& s) {
   const ModelConfig& c = model.config();
   const int L = c.num_levels();
   // A session whose top unit completes steps the top encoder over its children's latents.
@@ -185,7 +191,8 @@ void RecGenSession::lanes(int64_t limit, bool parallel, std::vector<Lane>& out) 
   const int64_t next = static_cast<int64_t>(history_.size());
   if (next == 0 || next >= context_ || next >= limit) return;
   const int c1 = model_.config().level(1).chunk_len;
-  for (int j = static_cast<int>((next - group_start_) / c1); j < static_cast<int>(group_.size()); ++j) {
+  for (int j = static_cast<int>((next - group_start_) / c1); j < static_cast<int>(group_.size());
+       ++j) {
     const Window& w = group_[j];
     if (w.consumed >= c1) continue;
     const int64_t position = group_start_ + static_cast<int64_t>(j) * c1 + w.consumed;
@@ -196,7 +203,8 @@ void RecGenSession::lanes(int64_t limit, bool parallel, std::vector<Lane>& out) 
   }
 }
 
-void RecGenSession::feed_group(std::span<Session* const> group, std::span<const std::vector<int32_t>> tokens) {
+void RecGenSession::feed_group(std::span<Session* const> group,
+                               std::span<const std::vector<int32_t>> tokens) {
   const ModelConfig& c = model_.config();
   const int c1 = c.level(1).chunk_len;
   std::vector<std::vector<float>> inputs(group.size());
@@ -209,8 +217,10 @@ void RecGenSession::feed_group(std::span<Session* const> group, std::span<const 
     gather_rows(model_.weights().tok_emb_dec, c.token_dim, tokens[g], inputs[g].data());
     for (size_t i = 0; i < tokens[g].size(); ++i) {
       Window& w = r->group_[r->lane_windows_[i]];
-      if (w.consumed + 1 < c1) jobs.push_back({&w, nullptr, inputs[g].data() + i * c.token_dim, 1});
-      else w.consumed = c1;  // the unit's last token needs no further output
+      if (w.consumed + 1 < c1)
+        jobs.push_back({&w, nullptr, inputs[g].data() + i * c.token_dim, 1});
+      else
+        w.consumed = c1;  // the unit's last token needs no further output
     }
   }
   run_windows(model_, 1, jobs, scratch_);

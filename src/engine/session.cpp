@@ -11,7 +11,8 @@ namespace {
 
 std::vector<int> encoder_capacities(const ModelConfig& c, int64_t tokens) {
   std::vector<int> caps;
-  for (int l = 1; l <= c.num_levels(); ++l) caps.push_back(static_cast<int>(tokens / c.block_tokens(l)));
+  for (int l = 1; l <= c.num_levels(); ++l)
+    caps.push_back(static_cast<int>(tokens / c.block_tokens(l)));
   return caps;
 }
 
@@ -21,12 +22,15 @@ std::unique_ptr<Session> create_session(const Model& model, Mode mode, int conte
   const ModelConfig& c = model.config();
   if (c.arch == Arch::Vanilla) {
     if (mode == Mode::RecGen)
-      fail(PHOTON_ERR_UNSUPPORTED, "RecGen needs a PHOTON model with at least 2 levels; this model is vanilla");
+      fail(PHOTON_ERR_UNSUPPORTED,
+           "RecGen needs a PHOTON model with at least 2 levels; this model is vanilla");
     return std::make_unique<VanillaSession>(model, context);
   }
   if (mode == Mode::RecGen) {
     if (c.num_levels() < 2)
-      fail(PHOTON_ERR_UNSUPPORTED, "RecGen needs at least 2 levels; this model has 1 (a Block Transformer generates with HierGen)");
+      fail(PHOTON_ERR_UNSUPPORTED,
+           "RecGen needs at least 2 levels; this model has 1 (a Block Transformer generates with "
+           "HierGen)");
     return std::make_unique<RecGenSession>(model, context);
   }
   return std::make_unique<HierGenSession>(model, context);
@@ -34,7 +38,8 @@ std::unique_ptr<Session> create_session(const Model& model, Mode mode, int conte
 
 // ---- HierGen ----------------------------------------------------------------------------------
 
-HierGenSession::HierGenSession(const Model& model, int context) : Session(model, Mode::HierGen, context) {
+HierGenSession::HierGenSession(const Model& model, int context)
+    : Session(model, Mode::HierGen, context) {
   state_.allocate(model, encoder_capacities(model.config(), context));
 }
 
@@ -81,7 +86,8 @@ KvBytes HierGenSession::kv_bytes(int level) const {
 
 // ---- vanilla ----------------------------------------------------------------------------------
 
-VanillaSession::VanillaSession(const Model& model, int context) : Session(model, Mode::Vanilla, context) {
+VanillaSession::VanillaSession(const Model& model, int context)
+    : Session(model, Mode::Vanilla, context) {
   const ModelConfig& c = model.config();
   cache_.allocate(c.stack.layers, context, c.stack.kv_dim());
   hidden_.assign(c.dim, 0.0f);
@@ -105,7 +111,8 @@ void VanillaSession::sync_group(std::span<Session* const> group) {
   std::vector<float>& x = scratch_.x;
   x.resize(tokens.size() * c.dim);
   gather_rows(model_.weights().tok_emb, c.dim, tokens, x.data());
-  stack_forward(model_.weights().stack, c.norm_eps, c.rope_theta, x.data(), segments, scratch_.stack);
+  stack_forward(model_.weights().stack, c.norm_eps, c.rope_theta, x.data(), segments,
+                scratch_.stack);
   size_t row = 0;
   for (size_t i = 0; i < lagging.size(); ++i) {
     row += segments[i].rows;
@@ -129,6 +136,8 @@ void VanillaSession::lanes(int64_t limit, bool, std::vector<Lane>& out) {
   if (next < limit && next < context_ && next > 0) out.push_back({next, hidden_.data()});
 }
 
-KvBytes VanillaSession::kv_bytes(int) const { return {cache_.bytes_in_use(), 0}; }
+KvBytes VanillaSession::kv_bytes(int) const {
+  return {cache_.bytes_in_use(), 0};
+}
 
 }  // namespace photon

@@ -18,8 +18,8 @@ namespace photon {
 enum class Mode { HierGen, RecGen, Vanilla };
 
 struct Lane {
-  int64_t position;    // the token position this lane predicts
-  const float* hidden; // [D_t] (or [D] for vanilla): logits = hidden . lm_head^T
+  int64_t position;     // the token position this lane predicts
+  const float* hidden;  // [D_t] (or [D] for vanilla): logits = hidden . lm_head^T
 };
 
 struct KvBytes {
@@ -48,7 +48,8 @@ class Session {
   virtual void lanes(int64_t limit, bool parallel, std::vector<Lane>& out) = 0;
   // Feeds each session of `group` the tokens sampled for the lanes of its last lanes() call, in
   // the same order. Tokens beyond the history are speculative until committed.
-  virtual void feed_group(std::span<Session* const> group, std::span<const std::vector<int32_t>> tokens) {
+  virtual void feed_group(std::span<Session* const> group,
+                          std::span<const std::vector<int32_t>> tokens) {
     (void)group;
     (void)tokens;
   }

@@ -8,7 +8,8 @@ namespace {
 
 class Binder {
  public:
-  Binder(const ModelFile& file, std::vector<std::vector<float>>& owned) : file_(file), owned_(owned) {}
+  Binder(const ModelFile& file, std::vector<std::vector<float>>& owned)
+      : file_(file), owned_(owned) {}
 
   const float* get(const std::string& name) {
     const TensorEntry* t = file_.find(name);

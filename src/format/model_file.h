@@ -27,9 +27,9 @@ struct TensorEntry {
   std::string name;
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
-  uint64_t offset = 0;           // from the start of the data section
-  uint64_t size = 0;             // bytes
-  const uint8_t* data = nullptr; // into the mapping
+  uint64_t offset = 0;            // from the start of the data section
+  uint64_t size = 0;              // bytes
+  const uint8_t* data = nullptr;  // into the mapping
 };
 
 // Progress in [0, 1]; returning false cancels (PHOTON_ERR_CANCELLED).
@@ -48,7 +48,7 @@ class ModelFile {
   const std::string& path() const { return path_; }
   uint32_t format_version() const { return format_version_; }
   const ModelConfig& config() const { return config_; }
-  const std::string& tokenizer_model() const { return tokenizer_; }  // serialized sentencepiece
+  const std::string& tokenizer_model() const { return tokenizer_; }     // serialized sentencepiece
   const std::vector<TensorEntry>& tensors() const { return tensors_; }  // file order
   const TensorEntry* find(const std::string& name) const;
   const std::vector<std::pair<std::string, std::string>>& metadata() const { return metadata_; }

@@ -36,12 +36,8 @@ flatbuffers::Offset<fb::Config> build_config(flatbuffers::FlatBufferBuilder& b,
 ModelConfig config_from_fb(const fb::Config& f, const std::string& origin) {
   ModelConfig c;
   switch (f.arch()) {
-    case fb::Arch::Photon:
-      c.arch = Arch::Photon;
-      break;
-    case fb::Arch::Vanilla:
-      c.arch = Arch::Vanilla;
-      break;
+    case fb::Arch::Photon: c.arch = Arch::Photon; break;
+    case fb::Arch::Vanilla: c.arch = Arch::Vanilla; break;
     default:
       fail(PHOTON_ERR_BAD_CONFIG,
            origin + ": unknown arch value " + std::to_string(static_cast<int>(f.arch())));
@@ -58,12 +54,8 @@ ModelConfig config_from_fb(const fb::Config& f, const std::string& origin) {
       LevelConfig lv;
       lv.chunk_len = lf.chunk_len();
       switch (lf.chunker()) {
-        case fb::Chunker::Concat:
-          lv.chunker = ChunkerKind::Concat;
-          break;
-        case fb::Chunker::Linear:
-          lv.chunker = ChunkerKind::Linear;
-          break;
+        case fb::Chunker::Concat: lv.chunker = ChunkerKind::Concat; break;
+        case fb::Chunker::Linear: lv.chunker = ChunkerKind::Linear; break;
         default:
           fail(PHOTON_ERR_BAD_CONFIG, origin + ": levels[" + std::to_string(i) +
                                           "] has an unknown chunker value " +

@@ -185,7 +185,8 @@ std::string read_text_file(const std::string& path) {
   // Not `stream << in.rdbuf()`: that swallows an allocation failure and returns a truncated file.
   std::string text;
   char chunk[1 << 16];
-  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) text.append(chunk, static_cast<size_t>(in.gcount()));
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0)
+    text.append(chunk, static_cast<size_t>(in.gcount()));
   if (in.bad()) fail(PHOTON_ERR_IO, "cannot read " + path);
   return text;
 }

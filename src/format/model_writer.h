@@ -23,7 +23,8 @@ struct WriteTensor {
 
 struct WriteOptions {
   DType dtype = DType::F32;
-  std::vector<std::pair<std::string, std::string>> metadata;  // "producer"/"created" added if absent
+  std::vector<std::pair<std::string, std::string>>
+      metadata;  // "producer"/"created" added if absent
   ProgressFn progress;
 };
 

@@ -35,11 +35,15 @@ constexpr size_t kMaxCommentSize = 0xffff;
 constexpr uint64_t kMaxDeflateRatio = 1032;
 constexpr size_t kMaxNpyHeader = 1 << 20;
 
-uint16_t le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
+uint16_t le16(const uint8_t* p) {
+  return static_cast<uint16_t>(p[0] | p[1] << 8);
+}
 uint32_t le32(const uint8_t* p) {
   return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
 }
-uint64_t le64(const uint8_t* p) { return uint64_t{le32(p)} | uint64_t{le32(p + 4)} << 32; }
+uint64_t le64(const uint8_t* p) {
+  return uint64_t{le32(p)} | uint64_t{le32(p + 4)} << 32;
+}
 
 class MappedFile {
  public:

@@ -151,7 +151,9 @@ int32_t Tokenizer::bos() const {
 int32_t Tokenizer::eos() const {
   return sp_->eos_id();
 }
-bool Tokenizer::is_text_token(int32_t id) const { return !sp_->IsControl(id) && !sp_->IsUnused(id); }
+bool Tokenizer::is_text_token(int32_t id) const {
+  return !sp_->IsControl(id) && !sp_->IsUnused(id);
+}
 
 int32_t Tokenizer::unk() const {
   return sp_->unk_id();

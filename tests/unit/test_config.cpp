@@ -11,9 +11,11 @@ using photon::ModelConfig;
 
 TEST(Config, PresetParameterCountsMatchTheSpec) {
   const std::pair<const char*, uint64_t> expected[] = {
-      {"photon-600m", 646400768ull},   {"photon-900m", 907164160ull},  {"photon-1.2b", 1229533440ull},
-      {"block-600m", 629772416ull},    {"block-900m", 887880448ull},   {"block-1.2b", 1207397760ull},
-      {"vanilla-600m", 610915968ull},  {"vanilla-900m", 867114752ull}, {"vanilla-1.2b", 1184657280ull}};
+      {"photon-600m", 646400768ull},  {"photon-900m", 907164160ull},
+      {"photon-1.2b", 1229533440ull}, {"block-600m", 629772416ull},
+      {"block-900m", 887880448ull},   {"block-1.2b", 1207397760ull},
+      {"vanilla-600m", 610915968ull}, {"vanilla-900m", 867114752ull},
+      {"vanilla-1.2b", 1184657280ull}};
   for (const auto& [name, count] : expected) {
     ModelConfig c;
     ASSERT_TRUE(photon::find_preset(name, &c)) << name;
@@ -56,27 +58,35 @@ void expect_refused(const std::string& json, const std::string& mentions) {
 }
 
 TEST(Config, RefusesInvalidConfigurationsNamingTheField) {
-  const std::string stack = R"({"layers": 1, "heads": 2, "kv_heads": 2, "head_dim": 4, "ffn_dim": 8})";
+  const std::string stack =
+      R"({"layers": 1, "heads": 2, "kv_heads": 2, "head_dim": 4, "ffn_dim": 8})";
   auto photon1 = [&](const std::string& level) {
     return R"({"arch": "photon", "vocab_size": 10, "embed_dim": 4, "token_dim": 8, "max_seq_len": 16, "levels": [)" +
            level + "]}";
   };
   expect_refused("not json", "not valid JSON");
   expect_refused(R"({"arch": "rnn"})", "arch");
-  expect_refused(photon1(R"({"chunk_len": 2, "chunker": "concat", "dim": 7, "prefix_len": 1, "encoder": )" + stack +
-                         R"(, "decoder": )" + stack + "}"),
-                 "concat chunker needs dim");
-  expect_refused(photon1(R"({"chunk_len": 1, "chunker": "linear", "dim": 8, "prefix_len": 1, "encoder": )" + stack +
-                         R"(, "decoder": )" + stack + "}"),
-                 "levels[0].chunk_len");
-  expect_refused(photon1(R"({"chunk_len": 2, "chunker": "linear", "dim": 8, "prefix_len": 1, "encoder": {"layers": 1, "heads": 3, "kv_heads": 2, "head_dim": 4, "ffn_dim": 8}, "decoder": )" +
-                         stack + "}"),
-                 "levels[0].encoder.kv_heads");
-  expect_refused(photon1(R"({"chunk_len": 2, "chunker": "linear", "dim": 8, "prefix_len": 1, "encoder": {"layers": 1, "heads": 2, "kv_heads": 2, "head_dim": 3, "ffn_dim": 8}, "decoder": )" +
-                         stack + "}"),
-                 "head_dim");
-  expect_refused(R"({"arch": "vanilla", "vocab_size": 10, "dim": 8, "layers": 1, "heads": 2, "kv_heads": 2, "head_dim": 4, "ffn_dim": 8, "max_seq_len": -3})",
-                 "max_seq_len");
+  expect_refused(
+      photon1(R"({"chunk_len": 2, "chunker": "concat", "dim": 7, "prefix_len": 1, "encoder": )" +
+              stack + R"(, "decoder": )" + stack + "}"),
+      "concat chunker needs dim");
+  expect_refused(
+      photon1(R"({"chunk_len": 1, "chunker": "linear", "dim": 8, "prefix_len": 1, "encoder": )" +
+              stack + R"(, "decoder": )" + stack + "}"),
+      "levels[0].chunk_len");
+  expect_refused(
+      photon1(
+          R"({"chunk_len": 2, "chunker": "linear", "dim": 8, "prefix_len": 1, "encoder": {"layers": 1, "heads": 3, "kv_heads": 2, "head_dim": 4, "ffn_dim": 8}, "decoder": )" +
+          stack + "}"),
+      "levels[0].encoder.kv_heads");
+  expect_refused(
+      photon1(
+          R"({"chunk_len": 2, "chunker": "linear", "dim": 8, "prefix_len": 1, "encoder": {"layers": 1, "heads": 2, "kv_heads": 2, "head_dim": 3, "ffn_dim": 8}, "decoder": )" +
+          stack + "}"),
+      "head_dim");
+  expect_refused(
+      R"({"arch": "vanilla", "vocab_size": 10, "dim": 8, "layers": 1, "heads": 2, "kv_heads": 2, "head_dim": 4, "ffn_dim": 8, "max_seq_len": -3})",
+      "max_seq_len");
 }
 
 }  // namespace

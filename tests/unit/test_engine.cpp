@@ -36,7 +36,8 @@ class EngineTest : public ::testing::TestWithParam<int> {
     photon::testing::write_test_model(config_, path_, 7 + levels);
     ASSERT_EQ(photon_model_load(path_.c_str(), nullptr, &model_), PHOTON_OK) << photon_last_error();
     meta_ = levels == 0 ? 4 : static_cast<int>(config_.block_tokens(levels));
-    for (int i = 0; i < 3 * meta_ + 40; ++i) sequence_.push_back(i == 0 ? 1 : 3 + (i * 37 + 11) % 500);
+    for (int i = 0; i < 3 * meta_ + 40; ++i)
+      sequence_.push_back(i == 0 ? 1 : 3 + (i * 37 + 11) % 500);
   }
   void TearDown() override {
     photon_model_free(model_);
@@ -58,7 +59,8 @@ class EngineTest : public ::testing::TestWithParam<int> {
 
   std::vector<float> score(const std::vector<int32_t>& tokens) {
     std::vector<float> lp(tokens.size());
-    EXPECT_EQ(photon_model_score(model_, tokens.data(), tokens.size(), lp.data()), PHOTON_OK) << photon_last_error();
+    EXPECT_EQ(photon_model_score(model_, tokens.data(), tokens.size(), lp.data()), PHOTON_OK)
+        << photon_last_error();
     return lp;
   }
 
@@ -77,12 +79,14 @@ TEST_P(EngineTest, HierGenEqualsTeacherForcingAtEveryPromptLength) {
     ASSERT_EQ(photon_session_prefill(s, sequence_.data(), p / 2), PHOTON_OK);
     ASSERT_EQ(photon_session_prefill(s, sequence_.data() + p / 2, p - p / 2), PHOTON_OK);
     Generated g;
-    ASSERT_EQ(photon_session_generate(s, n_gen, collect, &g, nullptr), PHOTON_OK) << photon_last_error();
+    ASSERT_EQ(photon_session_generate(s, n_gen, collect, &g, nullptr), PHOTON_OK)
+        << photon_last_error();
     ASSERT_EQ(static_cast<int>(g.tokens.size()), n_gen);
     std::vector<int32_t> all(sequence_.begin(), sequence_.begin() + p);
     all.insert(all.end(), g.tokens.begin(), g.tokens.end());
     const std::vector<float> tf = score(all);
-    for (int i = 0; i < n_gen; ++i) EXPECT_NEAR(g.logprobs[i], tf[p + i], 1e-4) << "prompt " << p << " step " << i;
+    for (int i = 0; i < n_gen; ++i)
+      EXPECT_NEAR(g.logprobs[i], tf[p + i], 1e-4) << "prompt " << p << " step " << i;
     photon_session_free(s);
   }
 }
@@ -95,11 +99,14 @@ TEST_P(EngineTest, RecGenParallelEqualsSequential) {
     ASSERT_EQ(photon_session_prefill(whole, sequence_.data(), p), PHOTON_OK);
     ASSERT_EQ(photon_session_prefill(steps, sequence_.data(), p), PHOTON_OK);
     Generated a, b;
-    ASSERT_EQ(photon_session_generate(whole, 2 * meta_ + 3, collect, &a, nullptr), PHOTON_OK) << photon_last_error();
+    ASSERT_EQ(photon_session_generate(whole, 2 * meta_ + 3, collect, &a, nullptr), PHOTON_OK)
+        << photon_last_error();
     for (int i = 0; i < 2 * meta_ + 3; ++i)
-      ASSERT_EQ(photon_session_generate(steps, 1, collect, &b, nullptr), PHOTON_OK) << photon_last_error();
+      ASSERT_EQ(photon_session_generate(steps, 1, collect, &b, nullptr), PHOTON_OK)
+          << photon_last_error();
     EXPECT_EQ(a.tokens, b.tokens) << "prompt " << p;
-    for (size_t i = 0; i < a.logprobs.size() && i < b.logprobs.size(); ++i) EXPECT_NEAR(a.logprobs[i], b.logprobs[i], 1e-5);
+    for (size_t i = 0; i < a.logprobs.size() && i < b.logprobs.size(); ++i)
+      EXPECT_NEAR(a.logprobs[i], b.logprobs[i], 1e-5);
     photon_session_free(whole);
     photon_session_free(steps);
   }
@@ -119,8 +126,10 @@ TEST_P(EngineTest, RecGenKeepsOnlyTopLevelKv) {
     ASSERT_EQ(photon_session_kv_bytes(rec, l, &rec_enc, nullptr), PHOTON_OK);
     ASSERT_EQ(photon_session_kv_bytes(hier, l, &hier_enc, nullptr), PHOTON_OK);
     EXPECT_GT(hier_enc, 0u) << "level " << l;
-    if (l < L) EXPECT_EQ(rec_enc, 0u) << "level " << l;
-    else EXPECT_EQ(rec_enc, hier_enc) << "the top level holds the same units in both modes";
+    if (l < L)
+      EXPECT_EQ(rec_enc, 0u) << "level " << l;
+    else
+      EXPECT_EQ(rec_enc, hier_enc) << "the top level holds the same units in both modes";
   }
   uint64_t window = 0;
   ASSERT_EQ(photon_session_kv_bytes(rec, 1, nullptr, &window), PHOTON_OK);
@@ -138,7 +147,9 @@ TEST_P(EngineTest, BudgetCallbackAndContextStops) {
   EXPECT_EQ(n, 7);
   EXPECT_EQ(photon_session_stop_reason(s), PHOTON_STOP_LENGTH);
   EXPECT_EQ(photon_session_position(s), 12);
-  auto stop_after_two = [](void* user, int32_t, const char*, size_t, float) { return ++*static_cast<int*>(user) >= 2 ? 1 : 0; };
+  auto stop_after_two = [](void* user, int32_t, const char*, size_t, float) {
+    return ++*static_cast<int*>(user) >= 2 ? 1 : 0;
+  };
   int calls = 0;
   ASSERT_EQ(photon_session_generate(s, 50, stop_after_two, &calls, &n), PHOTON_OK);
   EXPECT_EQ(n, 2);

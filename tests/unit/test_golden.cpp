@@ -24,7 +24,9 @@ using nlohmann::json;
 // Logprobs are compared to the float64 reference; the engine computes in float32.
 constexpr double kTolerance = 1e-4;
 
-fs::path golden_root() { return fs::path(PHOTON_SOURCE_DIR) / "tests" / "golden"; }
+fs::path golden_root() {
+  return fs::path(PHOTON_SOURCE_DIR) / "tests" / "golden";
+}
 
 std::vector<std::string> golden_cases() {
   std::vector<std::string> names;
@@ -124,8 +126,8 @@ class Golden : public ::testing::TestWithParam<std::string> {
     if (status == PHOTON_OK) status = photon_session_prefill(session, prompt.data(), prompt.size());
     int32_t n_generated = -1;
     if (status == PHOTON_OK)
-      status = photon_session_generate(session, static_cast<int32_t>(n), collect, &out,
-                                       &n_generated);
+      status =
+          photon_session_generate(session, static_cast<int32_t>(n), collect, &out, &n_generated);
     EXPECT_EQ(status, PHOTON_OK) << api_error(status);
     if (status == PHOTON_OK) {
       EXPECT_EQ(n_generated, static_cast<int32_t>(n));
@@ -174,8 +176,8 @@ TEST_P(Golden, TeacherForcedScoresMatchReference) {
   const json& expected = golden_["score"]["logprobs"];
   ASSERT_EQ(expected.size(), tokens.size());
   std::vector<float> logprobs(tokens.size(), 0.0f);
-  const photon_status status = photon_model_score(model_, tokens.data(), tokens.size(),
-                                                  logprobs.data());
+  const photon_status status =
+      photon_model_score(model_, tokens.data(), tokens.size(), logprobs.data());
   ASSERT_EQ(status, PHOTON_OK) << api_error(status);
   EXPECT_TRUE(std::isnan(logprobs[0])) << "the first token is not predicted";
   for (size_t i = 1; i < tokens.size(); ++i)
@@ -216,8 +218,8 @@ TEST_P(Golden, HierGenStepsEqualTeacherForcing) {
     std::vector<int32_t> sequence = prompt;
     sequence.insert(sequence.end(), got.tokens.begin(), got.tokens.end());
     std::vector<float> scores(sequence.size(), 0.0f);
-    const photon_status status = photon_model_score(model_, sequence.data(), sequence.size(),
-                                                    scores.data());
+    const photon_status status =
+        photon_model_score(model_, sequence.data(), sequence.size(), scores.data());
     ASSERT_EQ(status, PHOTON_OK) << api_error(status);
     for (size_t i = 0; i < got.tokens.size(); ++i)
       EXPECT_NEAR(got.logprobs[i], scores[prompt.size() + i], kTolerance)

@@ -25,7 +25,9 @@ inline const std::string kTokenizer = [] {
   return std::string(bytes, sizeof bytes - 1);
 }();
 
-inline StackConfig tiny_stack() { return {1, 2, 1, 4, 12}; }
+inline StackConfig tiny_stack() {
+  return {1, 2, 1, 4, 12};
+}
 
 // Two levels so that both chunker kinds, converters and the start vector appear.
 inline ModelConfig tiny_photon() {

@@ -64,25 +64,33 @@ inline void write_test_model(const ModelConfig& config, const std::string& path,
     const uint64_t tensor_seed = ++stream * 0x9e3779b97f4a7c15ull;
     const std::string name = spec.name;
     const std::vector<int64_t> shape = spec.shape;
-    tensors.push_back({name, shape, [=](float* dst) {
-      uint64_t s = tensor_seed;
-      auto uniform = [&s] {  // xorshift64*, in (-1, 1)
-        s ^= s >> 12; s ^= s << 25; s ^= s >> 27;
-        return static_cast<float>(static_cast<double>((s * 0x2545f4914f6cdd1dull) >> 11) / 4503599627370496.0 - 1.0);
-      };
-      const int64_t n = TensorSpec{name, shape}.elements();
-      const bool norm = name.size() >= 4 && name.compare(name.size() - 4, 4, "norm") == 0;
-      const bool bias = name.find("bias") != std::string::npos;
-      const bool embedding = name.find("tok_emb") == 0 || name.find("start") != std::string::npos;
-      const float scale = embedding ? 1.7f : std::sqrt(3.0f / static_cast<float>(shape.back()));
-      for (int64_t i = 0; i < n; ++i) {
-        const float u = uniform();
-        dst[i] = norm ? 1.0f + 0.1f * u : bias ? 0.1f * u : scale * u * (name == "lm_head" ? 4.0f : 1.0f);
-      }
-    }});
+    tensors.push_back(
+        {name, shape, [=](float* dst) {
+           uint64_t s = tensor_seed;
+           auto uniform = [&s] {  // xorshift64*, in (-1, 1)
+             s ^= s >> 12;
+             s ^= s << 25;
+             s ^= s >> 27;
+             return static_cast<float>(
+                 static_cast<double>((s * 0x2545f4914f6cdd1dull) >> 11) / 4503599627370496.0 - 1.0);
+           };
+           const int64_t n = TensorSpec{name, shape}.elements();
+           const bool norm = name.size() >= 4 && name.compare(name.size() - 4, 4, "norm") == 0;
+           const bool bias = name.find("bias") != std::string::npos;
+           const bool embedding =
+               name.find("tok_emb") == 0 || name.find("start") != std::string::npos;
+           const float scale =
+               embedding ? 1.7f : std::sqrt(3.0f / static_cast<float>(shape.back()));
+           for (int64_t i = 0; i < n; ++i) {
+             const float u = uniform();
+             dst[i] = norm   ? 1.0f + 0.1f * u
+                      : bias ? 0.1f * u
+                             : scale * u * (name == "lm_head" ? 4.0f : 1.0f);
+           }
+         }});
   }
-  const std::string tokenizer =
-      pad_tokenizer_model(read_binary(PHOTON_SOURCE_DIR "/tests/data/tiny.model"), config.vocab_size, "tiny.model");
+  const std::string tokenizer = pad_tokenizer_model(
+      read_binary(PHOTON_SOURCE_DIR "/tests/data/tiny.model"), config.vocab_size, "tiny.model");
   write_model_file(path, config, tokenizer, tensors, WriteOptions{});
 }
 

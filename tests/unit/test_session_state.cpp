@@ -33,9 +33,11 @@ class SessionState : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     for (int levels : {0, 2, 3}) {
-      const std::string path = std::string(PHOTON_BINARY_DIR) + "/test_state_" + std::to_string(levels) + ".photon";
-      photon::testing::write_test_model(levels == 0 ? photon::testing::tiny_vanilla() : photon::testing::tiny_photon(levels),
-                                        path, 100 + levels);
+      const std::string path =
+          std::string(PHOTON_BINARY_DIR) + "/test_state_" + std::to_string(levels) + ".photon";
+      photon::testing::write_test_model(
+          levels == 0 ? photon::testing::tiny_vanilla() : photon::testing::tiny_photon(levels),
+          path, 100 + levels);
       photon_model* m = nullptr;
       ASSERT_EQ(photon_model_load(path.c_str(), nullptr, &m), PHOTON_OK) << photon_last_error();
       models_[levels] = m;
@@ -45,7 +47,8 @@ class SessionState : public ::testing::Test {
     for (auto& m : models_) photon_model_free(m), m = nullptr;
   }
 
-  static photon_session* make(photon_model* model, photon_mode mode, uint64_t seed = 42, float temperature = 0.8f) {
+  static photon_session* make(photon_model* model, photon_mode mode, uint64_t seed = 42,
+                              float temperature = 0.8f) {
     photon_session_options* o = nullptr;
     photon_session_options_create(&o);
     photon_session_options_set_mode(o, mode);
@@ -69,7 +72,8 @@ class SessionState : public ::testing::Test {
     size_t size = 0;
     EXPECT_EQ(photon_session_save(s, nullptr, 0, &size), PHOTON_ERR_BUFFER_TOO_SMALL);
     std::vector<uint8_t> blob(size);
-    EXPECT_EQ(photon_session_save(s, blob.data(), blob.size(), &size), PHOTON_OK) << photon_last_error();
+    EXPECT_EQ(photon_session_save(s, blob.data(), blob.size(), &size), PHOTON_OK)
+        << photon_last_error();
     EXPECT_EQ(size, blob.size());
     return blob;
   }
@@ -85,8 +89,11 @@ struct Case {
 };
 
 TEST_F(SessionState, ResumedSessionsContinueExactly) {
-  const Case cases[] = {{0, PHOTON_MODE_HIERGEN}, {2, PHOTON_MODE_HIERGEN}, {2, PHOTON_MODE_RECGEN},
-                        {3, PHOTON_MODE_HIERGEN}, {3, PHOTON_MODE_RECGEN}};
+  const Case cases[] = {{0, PHOTON_MODE_HIERGEN},
+                        {2, PHOTON_MODE_HIERGEN},
+                        {2, PHOTON_MODE_RECGEN},
+                        {3, PHOTON_MODE_HIERGEN},
+                        {3, PHOTON_MODE_RECGEN}};
   for (const Case& c : cases) {
     photon_model* model = models_[c.levels];
     // tiny_photon(2): B_1 = 2, B_2 = 6; tiny_photon(3): B_3 = 12. Splits cover mid-chunk, chunk and
@@ -106,11 +113,12 @@ TEST_F(SessionState, ResumedSessionsContinueExactly) {
         const std::vector<uint8_t> blob = save(first);
         photon_session_free(first);
         photon_session* resumed = nullptr;
-        ASSERT_EQ(photon_session_restore(model, blob.data(), blob.size(), &resumed), PHOTON_OK) << photon_last_error();
+        ASSERT_EQ(photon_session_restore(model, blob.data(), blob.size(), &resumed), PHOTON_OK)
+            << photon_last_error();
         EXPECT_EQ(photon_session_position(resumed), prompt_len + split);
         ASSERT_EQ(photon_session_generate(resumed, 40 - split, collect, &got, nullptr), PHOTON_OK);
-        EXPECT_EQ(got.tokens, expected.tokens) << "levels " << c.levels << " mode " << c.mode << " prompt "
-                                               << prompt_len << " split " << split;
+        EXPECT_EQ(got.tokens, expected.tokens) << "levels " << c.levels << " mode " << c.mode
+                                               << " prompt " << prompt_len << " split " << split;
         EXPECT_EQ(got.logprobs, expected.logprobs);
         photon_session_free(resumed);
       }
@@ -128,7 +136,8 @@ TEST_F(SessionState, FilesRoundTripAndRecGenStatesStayCompact) {
     const std::string path = std::string(PHOTON_BINARY_DIR) + "/test_state.phss";
     ASSERT_EQ(photon_session_save_file(s, path.c_str()), PHOTON_OK) << photon_last_error();
     photon_session* r = nullptr;
-    ASSERT_EQ(photon_session_restore_file(model, path.c_str(), &r), PHOTON_OK) << photon_last_error();
+    ASSERT_EQ(photon_session_restore_file(model, path.c_str(), &r), PHOTON_OK)
+        << photon_last_error();
     EXPECT_EQ(photon_session_mode(r), mode);
     sizes.push_back(save(r).size());
     photon_session_free(s);
@@ -174,7 +183,8 @@ TEST_F(SessionState, RefusesForeignNewerDamagedAndTruncatedStates) {
     std::vector<uint8_t> damaged = blob;
     damaged[at] ^= static_cast<uint8_t>(1u << (at % 8));
     const photon_status st = restore(models_[2], damaged);
-    EXPECT_TRUE(st == PHOTON_ERR_CORRUPT || st == PHOTON_ERR_TRUNCATED || st == PHOTON_ERR_BAD_IDENTIFIER)
+    EXPECT_TRUE(st == PHOTON_ERR_CORRUPT || st == PHOTON_ERR_TRUNCATED ||
+                st == PHOTON_ERR_BAD_IDENTIFIER)
         << "flip at " << at << ": " << photon_status_name(st);
     const std::vector<uint8_t> cut(blob.begin(), blob.begin() + at);
     const photon_status cst = restore(models_[2], cut);
@@ -184,8 +194,8 @@ TEST_F(SessionState, RefusesForeignNewerDamagedAndTruncatedStates) {
 
 TEST_F(SessionState, BatchAndPullEqualSingleSessions) {
   photon_model* model = models_[2];
-  const photon_mode modes[] = {PHOTON_MODE_RECGEN, PHOTON_MODE_HIERGEN, PHOTON_MODE_RECGEN,
-                               PHOTON_MODE_HIERGEN, PHOTON_MODE_RECGEN, PHOTON_MODE_RECGEN};
+  const photon_mode modes[] = {PHOTON_MODE_RECGEN,  PHOTON_MODE_HIERGEN, PHOTON_MODE_RECGEN,
+                               PHOTON_MODE_HIERGEN, PHOTON_MODE_RECGEN,  PHOTON_MODE_RECGEN};
   const int lengths[] = {1, 5, 6, 11, 13, 20};
   std::vector<Stream> alone(6), batched(6), pulled(6);
   std::vector<photon_session*> sessions;
@@ -205,7 +215,8 @@ TEST_F(SessionState, BatchAndPullEqualSingleSessions) {
       char piece[64];
       size_t len = 0;
       float lp = 0;
-      ASSERT_EQ(photon_session_next_token(c, &token, piece, sizeof piece, &len, &lp), PHOTON_OK) << photon_last_error();
+      ASSERT_EQ(photon_session_next_token(c, &token, piece, sizeof piece, &len, &lp), PHOTON_OK)
+          << photon_last_error();
       ASSERT_GE(token, 0);
       pulled[i].tokens.push_back(token);
       pulled[i].logprobs.push_back(lp);
@@ -223,7 +234,8 @@ TEST_F(SessionState, BatchAndPullEqualSingleSessions) {
     return static_cast<int>(run.tokens.size()) >= 25 + static_cast<int>(index) ? 1 : 0;
   };
   std::vector<int32_t> counts(6);
-  ASSERT_EQ(photon_session_generate_batch(sessions.data(), sessions.size(), 100, on_token, &batch, counts.data()),
+  ASSERT_EQ(photon_session_generate_batch(sessions.data(), sessions.size(), 100, on_token, &batch,
+                                          counts.data()),
             PHOTON_OK)
       << photon_last_error();
   for (int i = 0; i < 6; ++i) {
@@ -244,9 +256,11 @@ TEST_F(SessionState, BatchRefusesMixedModelsAndDuplicates) {
   photon_session_prefill(a, p.data(), p.size());
   photon_session_prefill(b, p.data(), p.size());
   photon_session* mixed[] = {a, b};
-  EXPECT_EQ(photon_session_generate_batch(mixed, 2, 4, nullptr, nullptr, nullptr), PHOTON_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(photon_session_generate_batch(mixed, 2, 4, nullptr, nullptr, nullptr),
+            PHOTON_ERR_INVALID_ARGUMENT);
   photon_session* twice[] = {a, a};
-  EXPECT_EQ(photon_session_generate_batch(twice, 2, 4, nullptr, nullptr, nullptr), PHOTON_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(photon_session_generate_batch(twice, 2, 4, nullptr, nullptr, nullptr),
+            PHOTON_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(photon_last_error()).find("twice"), std::string::npos);
   photon_session_free(a);
   photon_session_free(b);

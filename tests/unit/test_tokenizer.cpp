@@ -409,15 +409,15 @@ TEST(Utf8Stream, HoldsBackASplitCharacterUntilItIsWhole) {
 TEST(Utf8Stream, ReplacesInvalidBytesOnceTheyCannotBecomeValid) {
   const std::string r = "\xEF\xBF\xBD";  // U+FFFD, one per byte that starts no character
   Utf8Stream stream;
-  EXPECT_EQ(stream.push("\x80"), r);             // a stray continuation byte
-  EXPECT_EQ(stream.push("\xFFx"), r + "x");      // never valid in UTF-8
-  EXPECT_EQ(stream.push("\xC0\xAF"), r + r);     // overlong '/'
+  EXPECT_EQ(stream.push("\x80"), r);          // a stray continuation byte
+  EXPECT_EQ(stream.push("\xFFx"), r + "x");   // never valid in UTF-8
+  EXPECT_EQ(stream.push("\xC0\xAF"), r + r);  // overlong '/'
   // Wrong from their second byte on, so none of these is held back.
   EXPECT_EQ(stream.push("\xED\xA0"), r + r);     // a UTF-16 surrogate
   EXPECT_EQ(stream.push("\xE0\x9F"), r + r);     // an overlong 3-byte form
   EXPECT_EQ(stream.push("\xF0\x8F"), r + r);     // an overlong 4-byte form
   EXPECT_EQ(stream.push("\xF4\x90"), r + r);     // above U+10FFFF
-  EXPECT_EQ(stream.push("\xF0\x9F\x98"), "");   // could still become an emoji...
+  EXPECT_EQ(stream.push("\xF0\x9F\x98"), "");    // could still become an emoji...
   EXPECT_EQ(stream.push("z"), r + r + r + "z");  // ...but did not
   EXPECT_EQ(stream.push("\xE2\x82"), "");
   EXPECT_EQ(stream.push("\xE2\x82\xAC"), r + r + "\xE2\x82\xAC");  // cut short, then a whole euro
