@@ -327,7 +327,9 @@ PHOTON_API void photon_session_options_free(photon_session_options *options);
 PHOTON_API photon_status photon_session_options_set_mode(photon_session_options *options,
                                                          photon_mode mode);
 /* Maximum tokens the session will hold (prompt plus generated), 1 .. the model's context length;
- * 0 means the model's. Caches are allocated for this length up front, never per token. */
+ * 0 means the model's. Caches are allocated for this length up front, never per token; on the CPU
+ * the operating system backs them with memory only as positions are filled, so an unused context
+ * costs address space, not resident memory. */
 PHOTON_API photon_status photon_session_options_set_context_length(photon_session_options *options,
                                                                    int32_t context_length);
 /* Seed of the sampler's random generator. The same seed, model and tokens give the same output. */

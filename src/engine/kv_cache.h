@@ -1,11 +1,13 @@
 // Key/value cache of one transformer stack for one sequence: [layers][capacity][kv_dim] for K and
-// V, allocated once at its full capacity (never per token).
+// V, allocated once at its full capacity (never per token). The allocation is not written: only
+// the positions a session fills take memory, so a long context costs nothing until it is used.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "core/error.h"
+#include "core/uninit_vector.h"
 
 namespace photon {
 
@@ -13,8 +15,8 @@ struct KvCache {
   int layers = 0;
   int capacity = 0;
   int kv_dim = 0;
-  int len = 0;  // positions filled
-  std::vector<float> k, v;
+  int len = 0;               // positions filled
+  UninitVector<float> k, v;  // positions >= len are never read
 
   void allocate(int n_layers, int n_capacity, int dim) {
     layers = n_layers;
@@ -22,8 +24,10 @@ struct KvCache {
     kv_dim = dim;
     len = 0;
     const size_t n = static_cast<size_t>(n_layers) * n_capacity * dim;
-    k.assign(n, 0.0f);
-    v.assign(n, 0.0f);
+    k = {};
+    v = {};
+    k.resize(n);
+    v.resize(n);
   }
   void release() { *this = KvCache(); }
   float* k_at(int layer, int pos) {
