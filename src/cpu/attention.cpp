@@ -10,28 +10,46 @@ namespace photon::cpu {
 
 namespace {
 
-// One query row of one head: softmax(q.k / sqrt(d)) over keys 0..last, then the weighted sum of v.
-void attend_row(const float* q, const float* k, const float* v, int last, int kv_stride,
-                int head_dim, float scale, float* scores, float* out) {
-  float max = -INFINITY;
-  for (int j = 0; j <= last; ++j) {
-    const float* kj = k + static_cast<long>(j) * kv_stride;
-    float dot = 0.0f;
-    for (int d = 0; d < head_dim; ++d) dot += q[d] * kj[d];
-    scores[j] = dot * scale;
-    max = scores[j] > max ? scores[j] : max;
+// One query row, query heads [h0, h1): softmax(q.k / sqrt(d)) over keys 0..last, then the weighted
+// sum of v. Keys are the outer loop so that each cached row is read once, front to back, for all
+// the heads: per head it would be strided reads across the whole cache, which made long-context
+// decoding bound by cache and TLB misses. scores: [h1 - h0][last + 1].
+void attend_row(const float* q, const float* k, const float* v, int last, int kv_stride, int h0,
+                int h1, int group, int head_dim, float scale, float* scores, float* out) {
+  const long n = last + 1;
+  for (long j = 0; j < n; ++j) {
+    const float* kj = k + j * kv_stride;
+    for (int h = h0; h < h1; ++h) {
+      const float* qh = q + h * head_dim;
+      const float* kh = kj + (h / group) * head_dim;
+      float dot = 0.0f;
+      // Reordered into vector lanes, the same way on every call: results stay reproducible.
+#pragma omp simd reduction(+ : dot)
+      for (int d = 0; d < head_dim; ++d) dot += qh[d] * kh[d];
+      scores[(h - h0) * n + j] = dot * scale;
+    }
   }
-  float sum = 0.0f;
-  for (int j = 0; j <= last; ++j) {
-    scores[j] = std::exp(scores[j] - max);
-    sum += scores[j];
+  for (int h = h0; h < h1; ++h) {
+    float* row = scores + (h - h0) * n;
+    float max = -INFINITY;
+    for (long j = 0; j < n; ++j) max = row[j] > max ? row[j] : max;
+    float sum = 0.0f;
+    for (long j = 0; j < n; ++j) {
+      row[j] = std::exp(row[j] - max);
+      sum += row[j];
+    }
+    const float inv = 1.0f / sum;
+    for (long j = 0; j < n; ++j) row[j] *= inv;
+    for (int d = 0; d < head_dim; ++d) out[h * head_dim + d] = 0.0f;
   }
-  const float inv = 1.0f / sum;
-  for (int d = 0; d < head_dim; ++d) out[d] = 0.0f;
-  for (int j = 0; j <= last; ++j) {
-    const float w = scores[j] * inv;
-    const float* vj = v + static_cast<long>(j) * kv_stride;
-    for (int d = 0; d < head_dim; ++d) out[d] += w * vj[d];
+  for (long j = 0; j < n; ++j) {
+    const float* vj = v + j * kv_stride;
+    for (int h = h0; h < h1; ++h) {
+      const float w = scores[(h - h0) * n + j];
+      const float* vh = vj + (h / group) * head_dim;
+      float* oh = out + h * head_dim;
+      for (int d = 0; d < head_dim; ++d) oh[d] += w * vh[d];
+    }
   }
 }
 
@@ -42,7 +60,7 @@ void attention(const float* q, int heads, int kv_heads, int head_dim,
   const int group = heads / kv_heads;
   const int q_stride = heads * head_dim, kv_stride = kv_heads * head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  // Flatten (segment row, head) pairs so that a single long segment and many short windows both
+  // Flatten the rows of all segments, so that a single long segment and many short windows both
   // spread over the threads.
   std::vector<std::pair<int, int>> rows;  // (segment index, row within segment)
   int max_keys = 0;
@@ -50,26 +68,32 @@ void attention(const float* q, int heads, int kv_heads, int head_dim,
     for (int i = 0; i < segments[s].rows; ++i) rows.emplace_back(s, i);
     max_keys = std::max(max_keys, segments[s].start + segments[s].rows);
   }
-  const long tasks = static_cast<long>(rows.size()) * heads;
   long work = 0;  // multiply-adds, to keep short windows on the calling thread
   for (const AttentionSegment& seg : segments)
     work += static_cast<long>(seg.rows) * (seg.start + (seg.rows + 1) / 2) * heads * head_dim;
-  // Each thread's score row is allocated out here: an exception cannot leave a parallel region.
   const bool parallel = work > (1 << 21);
-  std::vector<float> scores(static_cast<size_t>(max_keys) * (parallel ? omp_get_max_threads() : 1));
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  // Fewer rows than threads (decoding): split each row's kv heads into parts, one task each.
+  const int parts = static_cast<long>(rows.size()) < threads ? std::min(kv_heads, threads) : 1;
+  const int kv_per_part = (kv_heads + parts - 1) / parts;
+  const long tasks = static_cast<long>(rows.size()) * parts;
+  // Each thread's scores are allocated out here: an exception cannot leave a parallel region.
+  const size_t per_thread = static_cast<size_t>(kv_per_part) * group * max_keys;
+  std::vector<float> scores(per_thread * threads);
 #pragma omp parallel if (parallel)
   {
-    float* thread_scores = scores.data() + static_cast<size_t>(omp_get_thread_num()) * max_keys;
+    float* thread_scores = scores.data() + static_cast<size_t>(omp_get_thread_num()) * per_thread;
 #pragma omp for schedule(dynamic, 4)
     for (long t = 0; t < tasks; ++t) {
-      const auto [s, i] = rows[t / heads];
-      const int h = static_cast<int>(t % heads);
+      const auto [s, i] = rows[t / parts];
+      const int part = static_cast<int>(t % parts);
+      const int h0 = part * kv_per_part * group;
+      const int h1 = std::min(kv_heads, (part + 1) * kv_per_part) * group;
       const AttentionSegment& seg = segments[s];
       const long row = seg.row0 + i;
-      const int kvh = h / group;
-      attend_row(q + row * q_stride + h * head_dim, seg.k + kvh * head_dim, seg.v + kvh * head_dim,
-                 seg.start + i, kv_stride, head_dim, scale, thread_scores,
-                 out + row * q_stride + h * head_dim);
+      if (h0 < h1)
+        attend_row(q + row * q_stride, seg.k, seg.v, seg.start + i, kv_stride, h0, h1, group,
+                   head_dim, scale, thread_scores, out + row * q_stride);
     }
   }
 }
