@@ -1,5 +1,4 @@
 // Writing model files (convert, random init) and the preset table.
-#include <fstream>
 #include <string>
 
 #include "api/api_internal.h"
@@ -10,24 +9,13 @@ using photon::api::require;
 
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) photon::fail(PHOTON_ERR_IO, path + ": cannot open the file");
-  // Not `stream << in.rdbuf()`: that swallows an allocation failure and returns a truncated file.
-  std::string data;
-  char chunk[1 << 16];
-  while (in.read(chunk, sizeof chunk) || in.gcount() > 0)
-    data.append(chunk, static_cast<size_t>(in.gcount()));
-  if (in.bad()) photon::fail(PHOTON_ERR_IO, path + ": read error");
-  return data;
-}
-
 // The tokenizer to embed, padded to the config's vocabulary.
 std::string tokenizer_for(const photon_write_options& o, int32_t vocab_size) {
   if (o.tokenizer_path.empty())
     return photon::pad_tokenizer_model(photon::builtin_tokenizer_model(), vocab_size,
                                        "the built-in tokenizer");
-  return photon::pad_tokenizer_model(read_file(o.tokenizer_path), vocab_size, o.tokenizer_path);
+  return photon::pad_tokenizer_model(photon::read_whole_file(o.tokenizer_path), vocab_size,
+                                     o.tokenizer_path);
 }
 
 photon::WriteOptions write_options(const photon_write_options& o) {
@@ -114,7 +102,7 @@ photon_status photon_model_convert(const char* config_json_path, const char* wei
     const photon_write_options defaults;
     const photon_write_options& o = options ? *options : defaults;
     const photon::ModelConfig config =
-        photon::config_from_json(read_file(config_json_path), config_json_path);
+        photon::config_from_json(photon::read_whole_file(config_json_path), config_json_path);
     photon::convert_npz_model(config_json_path, weights_npz_path,
                               tokenizer_for(o, config.vocab_size), out_path, write_options(o));
   });

@@ -179,7 +179,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string read_text_file(const std::string& path) {
+}  // namespace
+
+std::string read_whole_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(PHOTON_ERR_IO, "cannot open " + path + ": " + std::strerror(errno));
   // Not `stream << in.rdbuf()`: that swallows an allocation failure and returns a truncated file.
@@ -190,8 +192,6 @@ std::string read_text_file(const std::string& path) {
   if (in.bad()) fail(PHOTON_ERR_IO, "cannot read " + path);
   return text;
 }
-
-}  // namespace
 
 void write_model_file(const std::string& path, const ModelConfig& config,
                       const std::string& tokenizer_model, const std::vector<WriteTensor>& tensors,
@@ -305,7 +305,7 @@ void write_random_model(const std::string& path, const ModelConfig& config,
 void convert_npz_model(const std::string& config_json_path, const std::string& npz_path,
                        const std::string& tokenizer_model, const std::string& out_path,
                        const WriteOptions& options) {
-  const ModelConfig config = config_from_json(read_text_file(config_json_path), config_json_path);
+  const ModelConfig config = config_from_json(read_whole_file(config_json_path), config_json_path);
   const std::map<std::string, NpyArray> arrays = read_npz(npz_path);
 
   const std::vector<TensorSpec> expected = expected_tensors(config);

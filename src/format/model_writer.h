@@ -28,6 +28,9 @@ struct WriteOptions {
   ProgressFn progress;
 };
 
+// The bytes of a file; an allocation failure surfaces as such, never as a truncated file.
+std::string read_whole_file(const std::string& path);
+
 // Writes a model file. `tensors` must be exactly expected_tensors(config) (any order); the
 // tokenizer must already have config.vocab_size pieces. Throws Error.
 void write_model_file(const std::string& path, const ModelConfig& config,
