@@ -303,7 +303,9 @@ typedef struct photon_session photon_session;
 typedef struct photon_session_options photon_session_options;
 
 typedef enum photon_mode {
-  PHOTON_MODE_AUTO = 0,    /* RecGen for PHOTON with L >= 2, else HierGen (vanilla: plain) */
+  PHOTON_MODE_AUTO = 0,    /* the model's recommended mode (metadata "photon.default_mode":
+                              "hiergen" or "recgen"), else RecGen for PHOTON with L >= 2, else
+                              HierGen (vanilla: plain) */
   PHOTON_MODE_HIERGEN = 1, /* encoder-consistent: logits equal teacher forcing; KV at every level */
   PHOTON_MODE_RECGEN = 2   /* recursive generation: only the top level's KV cache is kept */
 } photon_mode;
@@ -371,16 +373,52 @@ PHOTON_API void photon_session_free(photon_session *session);
 /* The mode the session runs in (AUTO resolved to HIERGEN or RECGEN). */
 PHOTON_API photon_mode photon_session_mode(const photon_session *session);
 
-/* Consumes tokens into the session, in parallel (teacher-forced), after whatever it holds already.
- * The first prefill of a session normally starts with BOS (photon_model_tokenize with add_bos).
- * Fails with PHOTON_ERR_BAD_TOKEN, PHOTON_ERR_CONTEXT_FULL (the session is then unchanged),
- * PHOTON_ERR_CANCELLED, or PHOTON_ERR_UNSUPPORTED for a RecGen session that has already generated
- * (RecGen conditions on its own reconstructions; more prompt needs a new session). Long prompts are
- * consumed in slices of 512 tokens; photon_session_cancel stops between slices: a HierGen or vanilla
- * session keeps the slices consumed so far (photon_session_position tells how many), a RecGen
- * session keeps its state from before the call. */
+/* Consumes tokens into the session, in parallel, after whatever it holds already. The first
+ * prefill of a session normally starts with BOS (photon_model_tokenize with add_bos). HierGen and
+ * vanilla consume the tokens teacher-forced, and so does RecGen before it has generated. A RecGen
+ * session that has generated takes more known tokens (the next turn of a chat) as it takes the
+ * tokens it sampled: each one enters only its own level-1 window, the latents above stay RecGen's
+ * own, and all windows of a level-2 unit run together (docs/model.md). Fails with
+ * PHOTON_ERR_BAD_TOKEN, PHOTON_ERR_CONTEXT_FULL (the session is then unchanged) or
+ * PHOTON_ERR_CANCELLED. Long prompts are consumed in slices of 512 tokens (a RecGen continuation
+ * a level-2 unit at a time); photon_session_cancel stops between them: a HierGen or vanilla
+ * session, or a RecGen continuation, keeps what it consumed so far (photon_session_position tells
+ * how much), a RecGen prompt leaves the session as it was before the call. */
 PHOTON_API photon_status photon_session_prefill(photon_session *session, const int32_t *tokens,
                                                 size_t n_tokens);
+
+/* photon_session_prefill, also writing logprobs[i] = log p(tokens[i] | all tokens before it) as
+ * the session conditions it (logprobs holds n_tokens floats; NaN for the first token of an empty
+ * session). A RecGen continuation computes them on the way; otherwise they are teacher forcing's,
+ * from a scoring pass over the session's whole history and the tokens. */
+PHOTON_API photon_status photon_session_prefill_logprobs(photon_session *session,
+                                                         const int32_t *tokens, size_t n_tokens,
+                                                         float *logprobs);
+
+/* Scoring in a generation mode: the log-probabilities a session of that mode assigns to a known
+ * sequence. Options may be freed right after the call that uses them. */
+typedef struct photon_score_options photon_score_options;
+
+PHOTON_API photon_status photon_score_options_create(photon_score_options **out);
+/* Frees options; NULL is accepted. */
+PHOTON_API void photon_score_options_free(photon_score_options *options);
+/* PHOTON_MODE_AUTO (the default) and PHOTON_MODE_HIERGEN score teacher-forced, as
+ * photon_model_score. PHOTON_MODE_RECGEN scores as a RecGen session that was given the prompt
+ * (below) and then consumed every later token as one it sampled; it needs PHOTON with L >= 2. */
+PHOTON_API photon_status photon_score_options_set_mode(photon_score_options *options,
+                                                       photon_mode mode);
+/* The first n tokens are the prompt (n >= 1; default 1, BOS alone). Their log-probabilities, and
+ * the next token's, are teacher forcing's in every mode; n >= n_tokens is teacher forcing
+ * throughout. */
+PHOTON_API photon_status photon_score_options_set_prompt_tokens(photon_score_options *options,
+                                                                size_t n);
+
+/* photon_model_score under options (NULL: the defaults, which equal photon_model_score). Fails as
+ * photon_model_score does, and with PHOTON_ERR_UNSUPPORTED for RecGen on a model without it. */
+PHOTON_API photon_status photon_model_score_with(const photon_model *model, const int32_t *tokens,
+                                                 size_t n_tokens,
+                                                 const photon_score_options *options,
+                                                 float *logprobs);
 
 /* Receives each generated token in order: its id, its text piece (UTF-8 complete: bytes of a
  * character split across tokens are held back until the character is whole, so a piece may be

@@ -93,6 +93,22 @@ std::string detokenize(const photon_model* model, const std::vector<int32_t>& to
   return text;
 }
 
+photon_mode parse_mode(const std::string& text) {
+  if (text == "auto") return PHOTON_MODE_AUTO;
+  if (text == "hiergen") return PHOTON_MODE_HIERGEN;
+  if (text == "recgen") return PHOTON_MODE_RECGEN;
+  throw UsageError("--mode: '" + text + "' is not one of auto, hiergen, recgen");
+}
+
+const char* mode_name(photon_mode mode) {
+  switch (mode) {
+    case PHOTON_MODE_AUTO: return "auto";
+    case PHOTON_MODE_HIERGEN: return "hiergen";
+    case PHOTON_MODE_RECGEN: return "recgen";
+  }
+  return "unknown";
+}
+
 photon_dtype parse_dtype(const std::string& text) {
   if (text == "f32") return PHOTON_DTYPE_F32;
   if (text == "f16") return PHOTON_DTYPE_F16;
