@@ -3,7 +3,7 @@
 //
 //	cd examples/go && go run . [MODEL] [PROMPT] [N]
 //
-// MODEL defaults to the Quick start's build/models/photon-small.photon, PROMPT to
+// MODEL defaults to the shipped models/photon-kjv.photon, PROMPT to
 // "In the beginning", N (tokens per step) to 16.
 package main
 
@@ -12,11 +12,11 @@ import (
 	"os"
 	"strconv"
 
-	"photon"
+	"photon.sdk/photon"
 )
 
 func main() {
-	path, prompt, n := "../../build/models/photon-small.photon", "In the beginning", 16
+	path, prompt, n := "../../models/photon-kjv.photon", "In the beginning", 16
 	if len(os.Args) > 1 {
 		path = os.Args[1]
 	}

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"photon"
+	"photon.sdk/photon"
 )
 
 const (
