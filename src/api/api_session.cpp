@@ -16,35 +16,33 @@ void check_range(bool ok, const char* function, const std::string& what) {
 }
 
 // Decodes the sessions together: `budget` tokens at most per session and call, returning after
-// `max_deliver` deliveries (the pull API asks for one).
+// `max_deliver` deliveries (the pull API asks for one). Messages name a session by its index in a
+// batch, as "the session" otherwise.
 void run_decode(std::span<photon_session* const> sessions, int32_t budget, int32_t max_deliver,
-                std::span<photon::TokenSink> sinks, int32_t* n_generated, const char* function) {
+                std::span<photon::TokenSink> sinks, int32_t* n_generated, const char* function,
+                bool batch) {
   require(budget >= 0, function, "max_tokens is negative");
   std::vector<photon::DecodeTask> tasks(sessions.size());
   for (size_t i = 0; i < sessions.size(); ++i) {
+    const std::string session_i =
+        std::string(function) + (batch ? ": session " + std::to_string(i) : ": the session");
     photon_session* h = sessions[i];
-    if (!h)
-      photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
-                   std::string(function) + ": session " + std::to_string(i) + " is NULL");
+    if (!h) photon::fail(PHOTON_ERR_INVALID_ARGUMENT, session_i + " is NULL");
     photon::Session& s = *h->session;
     if (h->owner != sessions[0]->owner)
-      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": session " +
-                                                    std::to_string(i) +
-                                                    " belongs to another model than session 0");
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
+                   session_i + " belongs to another model than session 0");
     for (size_t j = 0; j < i; ++j)
-      if (sessions[j] == h)
-        photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
-                     std::string(function) + ": session " + std::to_string(i) + " appears twice");
+      if (sessions[j] == h) photon::fail(PHOTON_ERR_INVALID_ARGUMENT, session_i + " appears twice");
     photon::api::require_usable(h, function);
     if (s.history().empty())
-      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": session " +
-                                                    std::to_string(i) +
-                                                    " holds no tokens; prefill at least BOS first");
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
+                   session_i + " holds no tokens; prefill at least BOS first");
     if (h->held_token >= 0)
       photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
-                   std::string(function) + ": session " + std::to_string(i) +
-                       " has a token from photon_session_next_token that did "
-                       "not fit its buffer; fetch it first");
+                   session_i +
+                       " has a token from photon_session_next_token that did not fit its buffer; "
+                       "fetch it first");
     s.cancel_requested.store(false);
     tasks[i] = {&s,          &h->decode,
                 &h->sampler, static_cast<int64_t>(s.history().size()) + budget,
@@ -241,7 +239,7 @@ photon_status photon_session_generate(photon_session* session, int32_t max_token
         return callback(user_data, token, piece.data(), piece.size(), logprob) == 0;
       };
     run_decode({&session, 1}, max_tokens, max_tokens, {&sink, 1}, n_generated,
-               "photon_session_generate");
+               "photon_session_generate", false);
   });
 }
 
@@ -257,7 +255,7 @@ photon_status photon_session_generate_batch(photon_session* const* sessions, siz
           return callback(user_data, i, token, piece.data(), piece.size(), logprob) == 0;
         };
     run_decode({sessions, n_sessions}, max_tokens, max_tokens, sinks, n_generated,
-               "photon_session_generate_batch");
+               "photon_session_generate_batch", true);
   });
 }
 
@@ -275,7 +273,7 @@ photon_status photon_session_next_token(photon_session* session, int32_t* token,
         return true;
       };
       run_decode({&session, 1}, session->session->context_length(), 1, {&sink, 1}, nullptr,
-                 "photon_session_next_token");
+                 "photon_session_next_token", false);
       if (session->held_token < 0) {  // stopped
         *token = -1;
         *piece_len = 0;
