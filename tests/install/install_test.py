@@ -182,7 +182,7 @@ class Consumers:
             "module example.com/stream\n\ngo 1.19\n\nrequire photon.sdk/photon v0.0.0\n\n"
             f"replace photon.sdk/photon => {self.prefix / 'share/photon/go'}\n")
         env = dict(self.env, GOCACHE=str(app / "cache"), GOPATH=str(app / "gopath"),
-                   GOPROXY="off", GOFLAGS="-buildvcs=false",
+                   GOPROXY="off",
                    PKG_CONFIG_PATH=str(self.prefix / "lib/pkgconfig"),
                    CGO_LDFLAGS=f"-Wl,-rpath,{self.prefix / 'lib'}")
         run([self.tools["go"], "build", "-o", "stream", "."], app, env)
@@ -204,8 +204,10 @@ def main():
     shutil.rmtree(first_prefix, ignore_errors=True)
     run([tools["cmake"], "--install", args.build_dir, "--prefix", first_prefix], args.work_dir,
         None)
-    outside = pathlib.Path(tempfile.mkdtemp(prefix="photon-install-test-"))
+    outside = pathlib.Path(tempfile.mkdtemp(prefix="photon-install-test-")).resolve()
     try:
+        if outside.is_relative_to(args.source_dir.resolve()):
+            raise Failure(f"{outside} is inside the repository: set TMPDIR elsewhere")
         prefix = outside / "photon"
         shutil.copytree(first_prefix, prefix, symlinks=True)
         shutil.rmtree(first_prefix)
