@@ -258,8 +258,8 @@ class Model {
 //
 // A session serves one call at a time (photon.h). The bindings let any thread call, so a call that
 // would overlap a running one on another thread, or change the session from inside its own token
-// callback, fails with PhotonError instead; cancel() and the getters of plain numbers (position,
-// mode, stop reason) are always allowed.
+// callback, fails with PhotonError instead. cancel() is meant to come from another thread; the
+// getters of plain numbers (position, mode, stop reason) are not checked, for callbacks to read.
 class Session {
  public:
   explicit Session(const Model& model) : Session(model, nullptr) {}
