@@ -1,4 +1,4 @@
-# CUDA backend (issue 6): the static library photon_cuda from src/cuda/*.cu and src/cuda/*.cpp.
+# CUDA backend (issue 6): the static library photon_cuda from src/backend/cuda/*.cu and src/backend/cuda/*.cpp.
 #
 # PHOTON_CUDA = AUTO (default): built when a CUDA compiler (nvcc) is found; ON: required;
 # OFF: not built. Code for sm_80 (A100 and newer Ampere/Ada via binary compatibility) and sm_90
@@ -50,7 +50,7 @@ if(PHOTON_CUDA_ENABLED)
                  "architectures ${CMAKE_CUDA_ARCHITECTURES})")
 
   file(GLOB PHOTON_CUDA_SOURCES CONFIGURE_DEPENDS
-    ${CMAKE_SOURCE_DIR}/src/cuda/*.cu ${CMAKE_SOURCE_DIR}/src/cuda/*.cpp)
+    ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cu ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cpp)
   add_library(photon_cuda STATIC ${PHOTON_CUDA_SOURCES})
   # Only header-only parts of src/core are used, so photon_cuda does not depend on libphoton and
   # the engine can link it.

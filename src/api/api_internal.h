@@ -11,12 +11,10 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "engine/decode.h"
+#include "core/sampling.h"
 #include "engine/model.h"
-#include "engine/sampler.h"
 #include "engine/session.h"
 #include "photon.h"
-#include "tokenizer/tokenizer.h"
 
 struct photon_model {
   std::unique_ptr<photon::Model> model;
@@ -36,16 +34,6 @@ struct photon_session_options {
 struct photon_session {
   const photon_model* owner = nullptr;
   std::unique_ptr<photon::Session> session;
-  photon::SamplerConfig sampler;
-  photon::DecodeState decode;
-  photon_stop_reason stop_reason = PHOTON_STOP_NONE;
-  // A token the pull API delivered whose text did not fit the caller's buffer: returned again.
-  int32_t held_token = -1;
-  float held_logprob = 0.0f;
-  std::string held_piece;
-  // Set when a prefill or decode failed inside the engine (e.g. out of memory in the middle of a
-  // step), which may leave the caches half-updated: every later call then fails with this status.
-  photon_status broken = PHOTON_OK;
 };
 
 struct photon_write_options {
@@ -94,32 +82,6 @@ int enum_value(const Enum& value) {
 
 inline void require(bool ok, const char* function, const char* what) {
   if (!ok) fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": " + what);
-}
-
-inline void require_usable(const photon_session* session, const char* function) {
-  if (session->broken != PHOTON_OK)
-    fail(session->broken, std::string(function) + ": an earlier call failed inside this session (" +
-                              photon_status_name(session->broken) +
-                              ") and left it unusable; free it");
-}
-
-// Runs body, a step that changes the sessions' caches; if it fails (other than by cancellation,
-// which stops between consistent steps), the sessions are marked unusable.
-template <typename Body>
-void changing_sessions(std::span<photon_session* const> sessions, Body&& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    if (e.status() != PHOTON_ERR_CANCELLED)
-      for (photon_session* s : sessions) s->broken = e.status();
-    throw;
-  } catch (const std::bad_alloc&) {
-    for (photon_session* s : sessions) s->broken = PHOTON_ERR_OUT_OF_MEMORY;
-    throw;
-  } catch (...) {
-    for (photon_session* s : sessions) s->broken = PHOTON_ERR_INTERNAL;
-    throw;
-  }
 }
 
 // Copies n items into a caller buffer, or reports the needed size with PHOTON_ERR_BUFFER_TOO_SMALL.

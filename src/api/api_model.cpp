@@ -3,7 +3,7 @@
 #include <string>
 
 #include "api/api_internal.h"
-#include "engine/photon_ops.h"
+#include "engine/score.h"
 
 using photon::api::copy_out;
 using photon::api::guard;

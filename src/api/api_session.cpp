@@ -15,43 +15,20 @@ void check_range(bool ok, const char* function, const std::string& what) {
   if (!ok) photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": " + what);
 }
 
-// Decodes the sessions together: `budget` tokens at most per session and call, returning after
-// `max_deliver` deliveries (the pull API asks for one). Messages name a session by its index in a
-// batch, as "the session" otherwise.
-void run_decode(std::span<photon_session* const> sessions, int32_t budget, int32_t max_deliver,
-                std::span<photon::TokenSink> sinks, int32_t* n_generated, const char* function,
-                bool batch) {
-  require(budget >= 0, function, "max_tokens is negative");
-  std::vector<photon::DecodeTask> tasks(sessions.size());
+// Arguments of a decoding call: present, of one model, each once.
+void check_sessions(std::span<photon_session* const> sessions, const char* function) {
   for (size_t i = 0; i < sessions.size(); ++i) {
-    const std::string session_i =
-        std::string(function) + (batch ? ": session " + std::to_string(i) : ": the session");
-    photon_session* h = sessions[i];
-    if (!h) photon::fail(PHOTON_ERR_INVALID_ARGUMENT, session_i + " is NULL");
-    photon::Session& s = *h->session;
-    if (h->owner != sessions[0]->owner)
+    if (!sessions[i])
       photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
-                   session_i + " belongs to another model than session 0");
+                   std::string(function) + ": session " + std::to_string(i) + " is NULL");
+    if (sessions[i]->owner != sessions[0]->owner)
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": session " +
+                                                    std::to_string(i) +
+                                                    " belongs to another model than session 0");
     for (size_t j = 0; j < i; ++j)
-      if (sessions[j] == h) photon::fail(PHOTON_ERR_INVALID_ARGUMENT, session_i + " appears twice");
-    photon::api::require_usable(h, function);
-    if (s.history().empty())
-      photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
-                   session_i + " holds no tokens; prefill at least BOS first");
-    if (h->held_token >= 0)
-      photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
-                   session_i +
-                       " has a token from photon_session_next_token that did not fit its buffer; "
-                       "fetch it first");
-    s.cancel_requested.store(false);
-    tasks[i] = {&s,          &h->decode,
-                &h->sampler, static_cast<int64_t>(s.history().size()) + budget,
-                max_deliver, sinks[i]};
-  }
-  photon::api::changing_sessions(sessions, [&] { photon::decode(tasks); });
-  for (size_t i = 0; i < sessions.size(); ++i) {
-    sessions[i]->stop_reason = tasks[i].reason;
-    if (n_generated) n_generated[i] = tasks[i].delivered;
+      if (sessions[j] == sessions[i])
+        photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
+                     std::string(function) + ": session " + std::to_string(i) + " appears twice");
   }
 }
 
@@ -182,8 +159,7 @@ photon_status photon_session_create(const photon_model* model,
       mode = photon::Mode::RecGen;
     auto handle = std::make_unique<photon_session>();
     handle->owner = model;
-    handle->sampler = o.sampler;
-    handle->session = photon::create_session(*model->model, mode, context);
+    handle->session = photon::Session::create(*model->model, mode, context, o.sampler);
     *out = handle.release();
   });
 }
@@ -194,7 +170,7 @@ void photon_session_free(photon_session* session) {
 
 photon_mode photon_session_mode(const photon_session* session) {
   if (!session) return PHOTON_MODE_AUTO;
-  switch (session->session->mode()) {
+  switch (session->session->mode) {
     case photon::Mode::RecGen: return PHOTON_MODE_RECGEN;
     case photon::Mode::HierGen: return PHOTON_MODE_HIERGEN;
     case photon::Mode::Vanilla: return PHOTON_MODE_HIERGEN;
@@ -207,24 +183,7 @@ photon_status photon_session_prefill(photon_session* session, const int32_t* tok
   return guard([&] {
     require(session, "photon_session_prefill", "session is NULL");
     require(tokens || n_tokens == 0, "photon_session_prefill", "tokens is NULL");
-    photon::api::require_usable(session, "photon_session_prefill");
-    photon::Session& s = *session->session;
-    s.cancel_requested.store(false);
-    session->decode.discard_ahead(s);
-    const int32_t v = s.model().config().vocab_size;
-    for (size_t i = 0; i < n_tokens; ++i)
-      if (tokens[i] < 0 || tokens[i] >= v)
-        photon::fail(PHOTON_ERR_BAD_TOKEN,
-                     "photon_session_prefill: token " + std::to_string(tokens[i]) +
-                         " at position " + std::to_string(i) + " is outside the vocabulary [0, " +
-                         std::to_string(v) + ")");
-    if (s.history().size() + n_tokens > static_cast<size_t>(s.context_length()))
-      photon::fail(PHOTON_ERR_CONTEXT_FULL,
-                   "photon_session_prefill: " + std::to_string(s.history().size()) + " + " +
-                       std::to_string(n_tokens) + " tokens exceed the session's context of " +
-                       std::to_string(s.context_length()));
-    photon::api::changing_sessions({&session, 1},
-                                   [&] { s.prefill(std::span<const int32_t>(tokens, n_tokens)); });
+    session->session->prefill({tokens, n_tokens}, "photon_session_prefill");
   });
 }
 
@@ -233,13 +192,16 @@ photon_status photon_session_generate(photon_session* session, int32_t max_token
                                       int32_t* n_generated) {
   return guard([&] {
     require(session, "photon_session_generate", "session is NULL");
+    require(max_tokens >= 0, "photon_session_generate", "max_tokens is negative");
     photon::TokenSink sink;
     if (callback)
       sink = [&](int32_t token, std::string_view piece, float logprob) {
         return callback(user_data, token, piece.data(), piece.size(), logprob) == 0;
       };
-    run_decode({&session, 1}, max_tokens, max_tokens, {&sink, 1}, n_generated,
-               "photon_session_generate", false);
+    photon::Session* s = session->session.get();
+    const std::vector<int32_t> n =
+        photon::generate({&s, 1}, max_tokens, {&sink, 1}, "photon_session_generate", false);
+    if (n_generated) *n_generated = n[0];
   });
 }
 
@@ -247,15 +209,23 @@ photon_status photon_session_generate_batch(photon_session* const* sessions, siz
                                             int32_t max_tokens, photon_batch_callback callback,
                                             void* user_data, int32_t* n_generated) {
   return guard([&] {
-    require(sessions || n_sessions == 0, "photon_session_generate_batch", "sessions is NULL");
+    const char* function = "photon_session_generate_batch";
+    require(sessions || n_sessions == 0, function, "sessions is NULL");
+    require(max_tokens >= 0, function, "max_tokens is negative");
+    check_sessions({sessions, n_sessions}, function);
+    std::vector<photon::Session*> engine_sessions;
     std::vector<photon::TokenSink> sinks(n_sessions);
-    if (callback)
-      for (size_t i = 0; i < n_sessions; ++i)
+    for (size_t i = 0; i < n_sessions; ++i) {
+      engine_sessions.push_back(sessions[i]->session.get());
+      if (callback)
         sinks[i] = [&, i](int32_t token, std::string_view piece, float logprob) {
           return callback(user_data, i, token, piece.data(), piece.size(), logprob) == 0;
         };
-    run_decode({sessions, n_sessions}, max_tokens, max_tokens, sinks, n_generated,
-               "photon_session_generate_batch", true);
+    }
+    const std::vector<int32_t> n =
+        photon::generate(engine_sessions, max_tokens, sinks, function, true);
+    if (n_generated)
+      for (size_t i = 0; i < n.size(); ++i) n_generated[i] = n[i];
   });
 }
 
@@ -265,35 +235,27 @@ photon_status photon_session_next_token(photon_session* session, int32_t* token,
     require(session, "photon_session_next_token", "session is NULL");
     require(token, "photon_session_next_token", "token is NULL");
     require(piece_len, "photon_session_next_token", "piece_len is NULL");
-    if (session->held_token < 0) {
-      photon::TokenSink sink = [&](int32_t t, std::string_view text, float lp) {
-        session->held_token = t;
-        session->held_piece.assign(text);
-        session->held_logprob = lp;
-        return true;
-      };
-      run_decode({&session, 1}, session->session->context_length(), 1, {&sink, 1}, nullptr,
-                 "photon_session_next_token", false);
-      if (session->held_token < 0) {  // stopped
-        *token = -1;
-        *piece_len = 0;
-        if (piece && piece_capacity > 0) piece[0] = '\0';
-        return;
-      }
+    photon::Session& s = *session->session;
+    const photon::Stream::Held* next = photon::next_token(s, "photon_session_next_token");
+    if (!next) {  // stopped
+      *token = -1;
+      *piece_len = 0;
+      if (piece && piece_capacity > 0) piece[0] = '\0';
+      return;
     }
-    *piece_len = session->held_piece.size();
-    if (piece_capacity < session->held_piece.size() + 1 && (piece || piece_capacity > 0))
+    *piece_len = next->piece.size();
+    if (piece_capacity < next->piece.size() + 1 && (piece || piece_capacity > 0))
       photon::fail(PHOTON_ERR_BUFFER_TOO_SMALL, "photon_session_next_token: the piece needs " +
-                                                    std::to_string(session->held_piece.size() + 1) +
+                                                    std::to_string(next->piece.size() + 1) +
                                                     " bytes, the buffer holds " +
                                                     std::to_string(piece_capacity));
     if (piece) {
-      session->held_piece.copy(piece, session->held_piece.size());
-      piece[session->held_piece.size()] = '\0';
+      next->piece.copy(piece, next->piece.size());
+      piece[next->piece.size()] = '\0';
     }
-    *token = session->held_token;
-    if (logprob) *logprob = session->held_logprob;
-    session->held_token = -1;
+    *token = next->token;
+    if (logprob) *logprob = next->logprob;
+    photon::take_next(s);
   });
 }
 
@@ -304,8 +266,8 @@ photon_status photon_session_get_options(const photon_session* session,
     require(out, "photon_session_get_options", "out is NULL");
     auto o = std::make_unique<photon_session_options>();
     o->mode = photon_session_mode(session);
-    o->context_length = session->session->context_length();
-    o->sampler = session->sampler;
+    o->context_length = session->session->context;
+    o->sampler = session->session->sampler;
     *out = o.release();
   });
 }
@@ -315,14 +277,12 @@ photon_status photon_session_set_sampler(photon_session* session,
   return guard([&] {
     require(session, "photon_session_set_sampler", "session is NULL");
     require(options, "photon_session_set_sampler", "options is NULL");
-    photon::api::require_usable(session, "photon_session_set_sampler");
-    session->decode.discard_ahead(*session->session);  // tokens drawn under the old settings
-    session->sampler = options->sampler;
+    session->session->set_sampler(options->sampler, "photon_session_set_sampler");
   });
 }
 
 photon_stop_reason photon_session_stop_reason(const photon_session* session) {
-  return session ? session->stop_reason : PHOTON_STOP_NONE;
+  return session ? session->session->stream.stop_reason : PHOTON_STOP_NONE;
 }
 
 void photon_session_cancel(photon_session* session) {
@@ -330,7 +290,7 @@ void photon_session_cancel(photon_session* session) {
 }
 
 int32_t photon_session_position(const photon_session* session) {
-  return session ? static_cast<int32_t>(session->session->history().size()) : 0;
+  return session ? static_cast<int32_t>(session->session->history.size()) : 0;
 }
 
 photon_status photon_session_tokens(const photon_session* session, int32_t* tokens, size_t capacity,
@@ -338,7 +298,7 @@ photon_status photon_session_tokens(const photon_session* session, int32_t* toke
   return guard([&] {
     require(session, "photon_session_tokens", "session is NULL");
     require(n_tokens, "photon_session_tokens", "n_tokens is NULL");
-    const std::vector<int32_t>& h = session->session->history();
+    const std::vector<int32_t>& h = session->session->history;
     *n_tokens = h.size();
     copy_out("photon_session_tokens", h.data(), h.size(), tokens, capacity);
   });
@@ -348,13 +308,7 @@ photon_status photon_session_kv_bytes(const photon_session* session, int32_t lev
                                       uint64_t* encoder_bytes, uint64_t* window_bytes) {
   return guard([&] {
     require(session, "photon_session_kv_bytes", "session is NULL");
-    const photon::ModelConfig& c = session->session->model().config();
-    const int levels = c.arch == photon::Arch::Vanilla ? 1 : c.num_levels();
-    if (level < 1 || level > levels)
-      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_session_kv_bytes: level " +
-                                                    std::to_string(level) + " is outside 1.." +
-                                                    std::to_string(levels));
-    const photon::KvBytes b = session->session->kv_bytes(level);
+    const photon::KvBytes b = session->session->kv_bytes(level, "photon_session_kv_bytes");
     if (encoder_bytes) *encoder_bytes = b.encoder;
     if (window_bytes) *window_bytes = b.window;
   });

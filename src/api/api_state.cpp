@@ -15,23 +15,13 @@ namespace {
 
 std::vector<uint8_t> save_blob(photon_session* session, const char* function) {
   require(session, function, "session is NULL");
-  photon::api::require_usable(session, function);
-  if (session->held_token >= 0)
-    photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
-                 std::string(function) +
-                     ": a token from photon_session_next_token did not fit its "
-                     "buffer; fetch it first");
-  session->decode.discard_ahead(*session->session);
-  return photon::SessionCodec::save(*session->session, session->sampler, session->decode);
+  return photon::save_session(*session->session, function);
 }
 
 photon_session* restore_blob(const photon_model* model, std::span<const uint8_t> blob) {
-  photon::RestoredSession r = photon::SessionCodec::restore(*model->model, blob);
   auto handle = std::make_unique<photon_session>();
   handle->owner = model;
-  handle->session = std::move(r.session);
-  handle->sampler = std::move(r.sampler);
-  handle->decode = std::move(r.decode);
+  handle->session = photon::restore_session(*model->model, blob);
   return handle.release();
 }
 

@@ -1,58 +1,34 @@
-// The decoding loop shared by every mode and by batches of sessions: sync each session's caches,
-// sample every ready lane of every session with one LM-head GEMM, feed the tokens back, and
+// The decoding loop shared by every mode and by batches of sessions: catch each session's caches
+// up, sample every ready lane of every session with one LM-head GEMM, feed the tokens back, and
 // deliver tokens strictly in position order while applying the stop rules.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <span>
-#include <string>
 #include <string_view>
+#include <vector>
 
-#include "engine/sampler.h"
 #include "engine/session.h"
-#include "photon.h"
-#include "tokenizer/tokenizer.h"
 
 namespace photon {
 
 // Receives each delivered token; returning false stops that session.
 using TokenSink = std::function<bool(int32_t token, std::string_view piece, float logprob)>;
 
-// What a session keeps between decoding calls: tokens sampled ahead of delivery (RecGen's sibling
-// windows), the UTF-8 stream and the recent text that stop strings are matched against.
-struct DecodeState {
-  struct Sampled {
-    int32_t token;
-    float logprob;
-  };
-  std::map<int64_t, Sampled> ready;
-  Utf8Stream utf8;
-  std::string recent;  // the tail of the delivered text
+// photon_session_generate(_batch): up to max_tokens (>= 0) more tokens for each session (of one
+// model, each once), decoded together; sinks[i] (may be empty) receives session i's tokens.
+// Returns how many each delivered; each stream's stop_reason says why it stopped. `batch` words
+// the messages for a batch ("session i ...").
+std::vector<int32_t> generate(std::span<Session* const> sessions, int32_t max_tokens,
+                              std::span<const TokenSink> sinks, std::string_view who, bool batch);
 
-  // Forgets tokens sampled ahead and rolls the session back to its history (before a prefill,
-  // save or sampler change: the draws are keyed by position, so they will be sampled again alike).
-  void discard_ahead(Session& session) {
-    ready.clear();
-    session.rollback();
-  }
-};
-
-struct DecodeTask {
-  Session* session = nullptr;
-  DecodeState* state = nullptr;
-  const SamplerConfig* config = nullptr;
-  int64_t limit = 0;        // no token at or beyond this position (the call's budget)
-  int32_t max_deliver = 0;  // return after delivering this many (the pull API asks for 1)
-  TokenSink sink;
-  // results
-  int32_t delivered = 0;
-  photon_stop_reason reason = PHOTON_STOP_NONE;  // stays NONE if the call ended by max_deliver
-};
-
-// Runs every task until it stops or has delivered max_deliver tokens. The sessions must share one
-// model and be distinct.
-void decode(std::span<DecodeTask> tasks);
+// photon_session_next_token: the session's next token, decoded unless one is held already. It
+// stays held (and is returned again) until take_next(); null when the session stopped (its
+// stream's stop_reason says why).
+const Stream::Held* next_token(Session& session, std::string_view who);
+inline void take_next(Session& session) {
+  session.stream.held.reset();
+}
 
 }  // namespace photon

@@ -1,13 +1,11 @@
-// Key/value cache of one transformer stack for one sequence: [layers][capacity][kv_dim] for K and
-// V, allocated once at its full capacity (never per token). The allocation is not written: only
-// the positions a session fills take memory, so a long context costs nothing until it is used.
+// Key/value cache of one transformer stack for one sequence: K and V [layers * capacity, kv_dim]
+// in backend memory, allocated once at its full capacity (never per token) and not written until
+// used, so a long context costs nothing until it is filled.
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
-#include "core/error.h"
-#include "core/uninit_vector.h"
+#include "backend/backend.h"
 
 namespace photon {
 
@@ -15,32 +13,28 @@ struct KvCache {
   int layers = 0;
   int capacity = 0;
   int kv_dim = 0;
-  int len = 0;               // positions filled
-  UninitVector<float> k, v;  // positions >= len are never read
+  int len = 0;  // positions filled; positions >= len are never read
+  Matrix k, v;
 
-  void allocate(int n_layers, int n_capacity, int dim) {
+  void allocate(Backend& backend, int n_layers, int n_capacity, int dim) {
     layers = n_layers;
     capacity = n_capacity;
     kv_dim = dim;
     len = 0;
-    const size_t n = static_cast<size_t>(n_layers) * n_capacity * dim;
     k = {};
     v = {};
-    k.resize(n);
-    v.resize(n);
+    k = new_matrix(backend, static_cast<int64_t>(n_layers) * n_capacity, dim, "KV cache keys");
+    v = new_matrix(backend, static_cast<int64_t>(n_layers) * n_capacity, dim, "KV cache values");
   }
-  void release() { *this = KvCache(); }
-  float* k_at(int layer, int pos) {
-    return k.data() + (static_cast<size_t>(layer) * capacity + pos) * kv_dim;
+  // One layer's [capacity, kv_dim] keys or values.
+  Tensor k_layer(int layer) const {
+    return k.slice(static_cast<int64_t>(layer) * capacity, capacity);
   }
-  float* v_at(int layer, int pos) {
-    return v.data() + (static_cast<size_t>(layer) * capacity + pos) * kv_dim;
+  Tensor v_layer(int layer) const {
+    return v.slice(static_cast<int64_t>(layer) * capacity, capacity);
   }
   // Bytes of the positions in use (K and V, f32), as reported by photon_session_kv_bytes.
   uint64_t bytes_in_use() const { return uint64_t{2} * layers * len * kv_dim * sizeof(float); }
-  uint64_t bytes_reserved() const {
-    return uint64_t{2} * layers * capacity * kv_dim * sizeof(float);
-  }
 };
 
 }  // namespace photon

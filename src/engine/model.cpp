@@ -15,13 +15,14 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ProgressFn& pr
                                    " pieces but vocab_size is " +
                                    std::to_string(m->config().vocab_size));
   m->config_json_ = config_to_json(m->config());
+  m->backend_ = make_cpu_backend();
   return m;
 }
 
 Model::~Model() = default;
 
 const Weights& Model::weights() const {
-  std::call_once(weights_once_, [this] { weights_ = Weights::bind(*file_); });
+  std::call_once(weights_once_, [this] { weights_ = Weights::bind(*file_, *backend_); });
   return *weights_;
 }
 

@@ -1,10 +1,11 @@
-// A loaded model: the verified file, its tokenizer and its weights bound for the CPU engine.
+// A loaded model: the verified file, its tokenizer, the backend it runs on and its weights.
 #pragma once
 
 #include <memory>
 #include <mutex>
 #include <string>
 
+#include "backend/backend.h"
 #include "format/model_file.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,8 +22,9 @@ class Model {
   const ModelConfig& config() const { return file_->config(); }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const std::string& config_json() const { return config_json_; }
+  Backend& backend() const { return *backend_; }
   // Weights are bound on first use (thread-safe), so that inspecting a multi-GiB f16 file never
-  // widens it; f32 files are used in place from the mapping.
+  // converts it; f32 files are used in place from the mapping.
   const Weights& weights() const;
 
  private:
@@ -30,6 +32,7 @@ class Model {
   std::unique_ptr<ModelFile> file_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string config_json_;
+  std::unique_ptr<Backend> backend_;
   mutable std::once_flag weights_once_;
   mutable std::unique_ptr<Weights> weights_;
 };

@@ -1,86 +1,89 @@
-// A generation stream over a model. Subclasses hold the caches of one decoding mode; the
-// generator (engine/generate.h) drives them through "lanes": positions whose next-token
-// distribution is ready. HierGen and vanilla offer one lane (the next position); RecGen offers one
-// per open level-1 window of the current level-2 unit, which it decodes together (spec section 5).
+// One generation stream over a model: its token history, the state of its mode (the caches the
+// runner works on), its sampler settings and what it delivers. The functions here and in
+// engine/decode.h are the operations of photon_session_*; they enforce the session's rules, so
+// that the C layer only checks its arguments.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
+#include <variant>
 #include <vector>
 
+#include "core/sampling.h"
+#include "engine/hiergen.h"
 #include "engine/model.h"
-#include "engine/photon_ops.h"
+#include "engine/recgen.h"
+#include "engine/runner.h"
+#include "engine/stream.h"
+#include "engine/vanilla.h"
 
 namespace photon {
 
-enum class Mode { HierGen, RecGen, Vanilla };
+using ModeState = std::variant<HierGenState, RecGenState, VanillaState>;
 
-struct Lane {
-  int64_t position;     // the token position this lane predicts
-  const float* hidden;  // [D_t] (or [D] for vanilla): logits = hidden . lm_head^T
-};
+struct Session {
+  // Throws Error(PHOTON_ERR_UNSUPPORTED) for RecGen on vanilla or a one-level model.
+  static std::unique_ptr<Session> create(const Model& model, Mode mode, int context,
+                                         const SamplerConfig& sampler);
 
-struct KvBytes {
-  uint64_t encoder = 0;
-  uint64_t window = 0;
-};
-
-class Session {
- public:
-  virtual ~Session() = default;
-  const Model& model() const { return model_; }
-  Mode mode() const { return mode_; }
-  int context_length() const { return context_; }
-  const std::vector<int32_t>& history() const { return history_; }
-
-  // Consumes tokens after the history, in parallel, in slices of kPrefillSlice tokens between which
-  // a cancellation request is honoured (Error PHOTON_ERR_CANCELLED): HierGen and vanilla then keep
-  // the slices consumed so far, RecGen keeps its state from before the call.
-  virtual void prefill(std::span<const int32_t> tokens) = 0;
-  static constexpr size_t kPrefillSlice = 512;
-  // Brings the caches of `group` (sessions of this session's type and model, this one among them)
-  // up to date with their histories, batching the work across them.
-  virtual void sync_group(std::span<Session* const> group) = 0;
-  // Lanes ready to be sampled after sync_group, in position order, all before `limit`. With
-  // parallel false, only the lane of the next position.
-  virtual void lanes(int64_t limit, bool parallel, std::vector<Lane>& out) = 0;
-  // Feeds each session of `group` the tokens sampled for the lanes of its last lanes() call, in
-  // the same order. Tokens beyond the history are speculative until committed.
-  virtual void feed_group(std::span<Session* const> group,
-                          std::span<const std::vector<int32_t>> tokens) {
-    (void)group;
-    (void)tokens;
-  }
-  // Appends a delivered token to the history.
-  void commit(int32_t token) { history_.push_back(token); }
-  // Drops whatever was fed beyond the history.
-  virtual void rollback() {}
-  // Bytes of KV cache in use at level l (1-based; vanilla has one level).
-  virtual KvBytes kv_bytes(int level) const = 0;
-
+  const Model& model;
+  const Mode mode;
+  const int context;  // tokens the caches hold at most
+  std::vector<int32_t> history;
+  ModeState state;
+  std::unique_ptr<Runner> runner;
+  SamplerConfig sampler;
+  Stream stream;
   std::atomic<bool> cancel_requested{false};
 
- protected:
-  void check_cancel() const {
-    if (cancel_requested.load(std::memory_order_relaxed))
-      fail(PHOTON_ERR_CANCELLED, "cancelled by photon_session_cancel");
+  template <typename State>
+  State& as() {
+    return std::get<State>(state);
+  }
+  template <typename State>
+  const State& as() const {
+    return std::get<State>(state);
   }
 
- protected:
-  friend class SessionCodec;
-  Session(const Model& model, Mode mode, int context)
-      : model_(model), mode_(mode), context_(context) {}
-  const Model& model_;
-  Mode mode_;
-  int context_;
-  std::vector<int32_t> history_;
-  Scratch scratch_;
+  // Throws Error(PHOTON_ERR_CANCELLED) when a cancellation was requested.
+  void check_cancel() const;
+  // Forgets the tokens sampled ahead and rolls the caches back to the history (before a prefill,
+  // save or sampler change: draws are keyed by position, so they will be sampled again alike).
+  void discard_ahead();
+
+  // photon_session_prefill: validates the tokens against the vocabulary and the context, then
+  // consumes them in parallel.
+  void prefill(std::span<const int32_t> tokens, std::string_view who);
+  // photon_session_set_sampler.
+  void set_sampler(const SamplerConfig& config, std::string_view who);
+  // photon_session_kv_bytes.
+  KvBytes kv_bytes(int level, std::string_view who) const;
+
+ private:
+  Session(const Model& m, Mode md, int ctx, const SamplerConfig& s)
+      : model(m), mode(md), context(ctx), sampler(s) {}
 };
 
-// Creates a session of `mode` with caches for `context` tokens. Throws Error(PHOTON_ERR_UNSUPPORTED)
-// for RecGen on vanilla or a one-level model.
-std::unique_ptr<Session> create_session(const Model& model, Mode mode, int context);
+// Runs `body`, a step that changes the sessions' caches; if it fails (other than by cancellation,
+// which stops between consistent steps), the sessions are marked unusable.
+template <typename Body>
+void changing(std::span<Session* const> sessions, Body&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    if (e.status() != PHOTON_ERR_CANCELLED)
+      for (Session* s : sessions) s->stream.broken = e.status();
+    throw;
+  } catch (const std::bad_alloc&) {
+    for (Session* s : sessions) s->stream.broken = PHOTON_ERR_OUT_OF_MEMORY;
+    throw;
+  } catch (...) {
+    for (Session* s : sessions) s->stream.broken = PHOTON_ERR_INTERNAL;
+    throw;
+  }
+}
 
 }  // namespace photon

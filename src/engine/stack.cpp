@@ -1,15 +1,12 @@
 #include "engine/stack.h"
 
-#include <cstring>
-
-#include "cpu/gemm.h"
-#include "cpu/rmsnorm.h"
-#include "cpu/swiglu.h"
+#include <vector>
 
 namespace photon {
 
-void stack_forward(const StackWeights& w, float norm_eps, float rope_theta, float* x,
-                   std::span<const StackSegment> segments, StackScratch& s) {
+void stack_forward(const StackWeights& w, float norm_eps, float rope_theta, const Tensor& x,
+                   std::span<const StackSegment> segments, Workspace& ws) {
+  Backend& b = ws.backend();
   const StackConfig& c = w.config;
   const int d = w.dim, qd = c.q_dim(), kvd = c.kv_dim(), f = c.ffn_dim;
   int n = 0;
@@ -20,50 +17,48 @@ void stack_forward(const StackWeights& w, float norm_eps, float rope_theta, floa
     n += seg.rows;
   }
   if (n == 0) return;
-  s.xn.resize(static_cast<size_t>(n) * d);
-  s.q.resize(static_cast<size_t>(n) * qd);
-  s.k.resize(static_cast<size_t>(n) * kvd);
-  s.v.resize(static_cast<size_t>(n) * kvd);
-  s.att.resize(static_cast<size_t>(n) * qd);
-  s.gate.resize(static_cast<size_t>(n) * f);
-  s.up.resize(static_cast<size_t>(n) * f);
-  s.positions.resize(n);
-  {
-    int r = 0;
-    for (const StackSegment& seg : segments)
-      for (int i = 0; i < seg.rows; ++i) s.positions[r++] = seg.cache->len + i;
-  }
-  s.rope.build(s.positions.data(), n, c.head_dim, rope_theta);
+  const Tensor xn = ws.get(Slot::Normed, n, d);      // [n, D]
+  const Tensor q = ws.get(Slot::Query, n, qd);       // [n, H d_h]
+  const Tensor k = ws.get(Slot::Key, n, kvd);        // [n, H_kv d_h]
+  const Tensor v = ws.get(Slot::Value, n, kvd);      // [n, H_kv d_h]
+  const Tensor att = ws.get(Slot::Attended, n, qd);  // [n, H d_h]
+  const Tensor gate = ws.get(Slot::Gate, n, f);      // [n, F]
+  const Tensor up = ws.get(Slot::Up, n, f);          // [n, F]
+  const Tensor rope = ws.get(Slot::Rope, 2 * n, c.head_dim / 2);
+  std::vector<int64_t> positions;
+  positions.reserve(n);
+  for (const StackSegment& seg : segments)
+    for (int i = 0; i < seg.rows; ++i) positions.push_back(seg.cache->len + i);
+  b.rope_table(positions, c.head_dim, rope_theta, rope);
 
+  const AttentionShape shape{c.heads, c.kv_heads, c.head_dim};
+  std::vector<AttentionSegment> attention(segments.size());
   for (int layer = 0; layer < c.layers; ++layer) {
     const LayerWeights& lw = w.layers[layer];
-    cpu::rmsnorm(x, lw.attn_norm, s.xn.data(), n, d, norm_eps);
-    cpu::linear(s.xn.data(), n, d, lw.wq, qd, nullptr, s.q.data());
-    cpu::linear(s.xn.data(), n, d, lw.wk, kvd, nullptr, s.k.data());
-    cpu::linear(s.xn.data(), n, d, lw.wv, kvd, nullptr, s.v.data());
-    cpu::rope_apply(s.q.data(), n, c.heads, c.head_dim, s.rope);
-    cpu::rope_apply(s.k.data(), n, c.kv_heads, c.head_dim, s.rope);
-    s.attention.clear();
+    b.rmsnorm(x, lw.attn_norm, xn, norm_eps);
+    b.linear(xn, lw.wq, nullptr, q, false);
+    b.linear(xn, lw.wk, nullptr, k, false);
+    b.linear(xn, lw.wv, nullptr, v, false);
+    b.rope(q, c.heads, rope);
+    b.rope(k, c.kv_heads, rope);
     int row = 0;
-    for (const StackSegment& seg : segments) {
-      KvCache& cache = *seg.cache;
-      const size_t bytes = static_cast<size_t>(seg.rows) * kvd * sizeof(float);
-      std::memcpy(cache.k_at(layer, cache.len), s.k.data() + static_cast<size_t>(row) * kvd, bytes);
-      std::memcpy(cache.v_at(layer, cache.len), s.v.data() + static_cast<size_t>(row) * kvd, bytes);
-      s.attention.push_back({row, seg.rows, cache.len, cache.k_at(layer, 0), cache.v_at(layer, 0)});
-      row += seg.rows;
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const KvCache& cache = *segments[i].cache;
+      attention[i] = {row, segments[i].rows, cache.len, cache.k_layer(layer), cache.v_layer(layer)};
+      row += segments[i].rows;
     }
-    cpu::attention(s.q.data(), c.heads, c.kv_heads, c.head_dim, s.attention, s.att.data());
-    cpu::linear(s.att.data(), n, qd, lw.wo, d, nullptr, x, /*accumulate=*/true);
+    b.kv_append(k, v, attention);
+    b.attention(q, shape, attention, att);
+    b.linear(att, lw.wo, nullptr, x, /*accumulate=*/true);
 
-    cpu::rmsnorm(x, lw.ffn_norm, s.xn.data(), n, d, norm_eps);
-    cpu::linear(s.xn.data(), n, d, lw.w_gate, f, nullptr, s.gate.data());
-    cpu::linear(s.xn.data(), n, d, lw.w_up, f, nullptr, s.up.data());
-    cpu::swiglu(s.gate.data(), s.up.data(), static_cast<size_t>(n) * f);
-    cpu::linear(s.gate.data(), n, f, lw.w_down, d, nullptr, x, /*accumulate=*/true);
+    b.rmsnorm(x, lw.ffn_norm, xn, norm_eps);
+    b.linear(xn, lw.w_gate, nullptr, gate, false);
+    b.linear(xn, lw.w_up, nullptr, up, false);
+    b.swiglu(gate, up);
+    b.linear(gate, lw.w_down, nullptr, x, /*accumulate=*/true);
   }
   for (const StackSegment& seg : segments) seg.cache->len += seg.rows;
-  cpu::rmsnorm(x, w.norm, x, n, d, norm_eps);
+  b.rmsnorm(x, w.norm, x, norm_eps);
 }
 
 }  // namespace photon

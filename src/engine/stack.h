@@ -3,12 +3,10 @@
 #pragma once
 
 #include <span>
-#include <vector>
 
-#include "cpu/attention.h"
-#include "cpu/rope.h"
 #include "engine/kv_cache.h"
 #include "engine/weights.h"
+#include "engine/workspace.h"
 
 namespace photon {
 
@@ -19,16 +17,8 @@ struct StackSegment {
   int rows;
 };
 
-// Buffers reused across calls so that steady decoding does not allocate.
-struct StackScratch {
-  std::vector<float> xn, q, k, v, att, gate, up;
-  std::vector<int64_t> positions;
-  std::vector<cpu::AttentionSegment> attention;
-  cpu::RopeTable rope;
-};
-
 // x: [n, D] in, the stack's final-normed output out (in place); n = sum of segment rows.
-void stack_forward(const StackWeights& w, float norm_eps, float rope_theta, float* x,
-                   std::span<const StackSegment> segments, StackScratch& scratch);
+void stack_forward(const StackWeights& w, float norm_eps, float rope_theta, const Tensor& x,
+                   std::span<const StackSegment> segments, Workspace& ws);
 
 }  // namespace photon

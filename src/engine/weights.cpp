@@ -8,17 +8,15 @@ namespace {
 
 class Binder {
  public:
-  Binder(const ModelFile& file, std::vector<std::vector<float>>& owned)
-      : file_(file), owned_(owned) {}
+  Binder(const ModelFile& file, Backend& backend) : file_(file), backend_(backend) {}
 
-  const float* get(const std::string& name) {
+  Tensor get(const std::string& name) {
     const TensorEntry* t = file_.find(name);
     if (!t) fail(PHOTON_ERR_TENSOR_SET, file_.path() + ": tensor '" + name + "' is missing");
-    if (t->dtype == DType::F32) return reinterpret_cast<const float*>(t->data);
-    const size_t n = t->size / dtype_size(t->dtype);
-    std::vector<float>& buffer = owned_.emplace_back(n);
-    convert_to_f32(t->dtype, t->data, buffer.data(), n);
-    return buffer.data();
+    // Vectors are one row; a matrix is [shape[0], rest].
+    int64_t rows = t->shape.size() > 1 ? t->shape[0] : 1, cols = 1;
+    for (size_t i = t->shape.size() > 1 ? 1 : 0; i < t->shape.size(); ++i) cols *= t->shape[i];
+    return backend_.weight({t->data, t->dtype, rows, cols}, name);
   }
 
   StackWeights stack(const std::string& prefix, const StackConfig& config, int dim) {
@@ -37,14 +35,14 @@ class Binder {
 
  private:
   const ModelFile& file_;
-  std::vector<std::vector<float>>& owned_;
+  Backend& backend_;
 };
 
 }  // namespace
 
-std::unique_ptr<Weights> Weights::bind(const ModelFile& file) {
+std::unique_ptr<Weights> Weights::bind(const ModelFile& file, Backend& backend) {
   auto w = std::make_unique<Weights>();
-  Binder b(file, w->owned_);
+  Binder b(file, backend);
   const ModelConfig& c = file.config();
   if (c.arch == Arch::Vanilla) {
     w->tok_emb = b.get("tok_emb");

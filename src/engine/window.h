@@ -3,8 +3,6 @@
 // KV cache is a small fixed buffer that is reused when the next unit opens.
 #pragma once
 
-#include <vector>
-
 #include "engine/kv_cache.h"
 
 namespace photon {
@@ -14,20 +12,20 @@ struct Window {
   int chunk_len = 0;   // C
   int width = 0;       // E, the decoder stack's width
   KvCache cache;
-  std::vector<float> outputs;  // [C, E]: o_0 .. o_{C-1} as far as computed
+  Matrix outputs;  // [C, E]: o_0 .. o_{C-1} as far as computed
   int n_outputs = 0;
   int consumed = 0;  // children consumed (RecGen level 1 records the last one without a run)
 
-  void allocate(int layers, int kv_dim, int r, int c, int e) {
+  void allocate(Backend& backend, int layers, int kv_dim, int r, int c, int e) {
     prefix_len = r;
     chunk_len = c;
     width = e;
-    cache.allocate(layers, r + c - 1, kv_dim);
-    outputs.assign(static_cast<size_t>(c) * e, 0.0f);
+    cache.allocate(backend, layers, r + c - 1, kv_dim);
+    outputs = zero_matrix(backend, c, e, "window outputs");
     n_outputs = consumed = 0;
   }
-  const float* output(int j) const { return outputs.data() + static_cast<size_t>(j) * width; }
-  const float* latest() const { return output(n_outputs - 1); }
+  Tensor output(int j) const { return outputs.row(j); }
+  Tensor latest() const { return output(n_outputs - 1); }
   // Drops every child after the first `children` (their positions and outputs).
   void truncate(int children) {
     consumed = children;

@@ -13,13 +13,13 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/attention.h"
+#include "backend/cuda/buffer.h"
+#include "backend/cuda/linear.h"
+#include "backend/cuda/rmsnorm.h"
+#include "backend/cuda/runtime.h"
+#include "backend/cuda/sample.h"
 #include "core/error.h"
-#include "cuda/attention.h"
-#include "cuda/buffer.h"
-#include "cuda/linear.h"
-#include "cuda/rmsnorm.h"
-#include "cuda/runtime.h"
-#include "cuda/sample.h"
 
 namespace photon::cuda {
 namespace {

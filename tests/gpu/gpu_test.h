@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/buffer.h"
+#include "backend/cuda/runtime.h"
 #include "core/dtype.h"
-#include "cuda/buffer.h"
-#include "cuda/runtime.h"
 
 namespace photon::gpu_test {
 

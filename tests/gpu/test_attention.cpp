@@ -1,8 +1,8 @@
 // Attention on the device against cpu::attention: prefill over a stream, local windows, decode with
 // and without key splits, GQA, f32 and bf16 caches; the KV append and CPU <-> GPU cache transfer.
-#include "cpu/attention.h"
-#include "cuda/attention.h"
-#include "cuda/kv_cache.h"
+#include "backend/cpu/attention.h"
+#include "backend/cuda/attention.h"
+#include "backend/cuda/kv_cache.h"
 #include "gpu_test.h"
 
 namespace photon::gpu_test {

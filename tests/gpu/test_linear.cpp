@@ -1,7 +1,7 @@
 // Linear layers through cuBLASLt against cpu::linear: bf16 / f16 weights with rounded activations
 // and f32 accumulation, f32 weights through TF32; bias, accumulation, unaligned operands.
-#include "cpu/gemm.h"
-#include "cuda/linear.h"
+#include "backend/cpu/linear.h"
+#include "backend/cuda/linear.h"
 #include "gpu_test.h"
 
 namespace photon::gpu_test {

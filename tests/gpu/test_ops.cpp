@@ -1,15 +1,15 @@
-// Elementwise and row ops on the device against their CPU counterparts in src/cpu: RMSNorm, RoPE,
+// Elementwise and row ops on the device against their CPU counterparts in src/backend/cpu: RMSNorm, RoPE,
 // SwiGLU, embedding gather, storage conversion and the linear chunker.
-#include "cpu/gemm.h"
-#include "cpu/rmsnorm.h"
-#include "cpu/rope.h"
-#include "cpu/swiglu.h"
-#include "cuda/chunker.h"
-#include "cuda/convert.h"
-#include "cuda/embedding.h"
-#include "cuda/rmsnorm.h"
-#include "cuda/rope.h"
-#include "cuda/swiglu.h"
+#include "backend/cpu/linear.h"
+#include "backend/cpu/rmsnorm.h"
+#include "backend/cpu/rope.h"
+#include "backend/cpu/swiglu.h"
+#include "backend/cuda/chunker.h"
+#include "backend/cuda/convert.h"
+#include "backend/cuda/embedding.h"
+#include "backend/cuda/rmsnorm.h"
+#include "backend/cuda/rope.h"
+#include "backend/cuda/swiglu.h"
 #include "gpu_test.h"
 
 namespace photon::gpu_test {
@@ -39,9 +39,11 @@ TEST_F(GpuOps, RopeTableMatchesCpuDoublePrecisionTable) {
   std::vector<int64_t> positions(n);
   for (int64_t& p : positions) p = uniform_int(0, 1 << 20);  // far past any context: angles large
   positions[0] = 0;
-  cpu::RopeTable table;
-  table.build(positions.data(), n, head_dim, 10000.0f);
   const int half = head_dim / 2;
+  std::vector<float> table(2 * size_t(n) * half);  // cos rows, then sin rows
+  cpu::rope_table(positions.data(), n, head_dim, 10000.0f, table.data());
+  const float* table_cos = table.data();
+  const float* table_sin = table.data() + size_t(n) * half;
   float* cos = poisoned<float>(size_t(n) * half);
   float* sin = poisoned<float>(size_t(n) * half);
   cuda::rope_table(upload(positions), n, upload(cuda::rope_inv_freq(head_dim, 10000.0f)), half, cos,
@@ -51,9 +53,9 @@ TEST_F(GpuOps, RopeTableMatchesCpuDoublePrecisionTable) {
   int differing = 0;
   for (size_t i = 0; i < c.size(); ++i) {
     ASSERT_TRUE(std::isfinite(c[i]) && std::isfinite(s[i]));
-    EXPECT_LE(std::fabs(c[i] - table.cos[i]), 6e-8f) << i;
-    EXPECT_LE(std::fabs(s[i] - table.sin[i]), 6e-8f) << i;
-    differing += c[i] != table.cos[i] || s[i] != table.sin[i];
+    EXPECT_LE(std::fabs(c[i] - table_cos[i]), 6e-8f) << i;
+    EXPECT_LE(std::fabs(s[i] - table_sin[i]), 6e-8f) << i;
+    differing += c[i] != table_cos[i] || s[i] != table_sin[i];
   }
   EXPECT_LE(differing, static_cast<int>(c.size() / 100));
 }
@@ -62,13 +64,16 @@ TEST_F(GpuOps, RopeApplyMatchesCpu) {
   const int n = 45, heads = 6, head_dim = 64;
   std::vector<int64_t> positions(n);
   for (int i = 0; i < n; ++i) positions[i] = 3 + i;
-  cpu::RopeTable table;
-  table.build(positions.data(), n, head_dim, 10000.0f);
+  const size_t half = head_dim / 2;
+  std::vector<float> table(2 * n * half);  // cos rows, then sin rows
+  cpu::rope_table(positions.data(), n, head_dim, 10000.0f, table.data());
   const std::vector<float> x = random(size_t(n) * heads * head_dim);
   std::vector<float> ref = x;
-  cpu::rope_apply(ref.data(), n, heads, head_dim, table);
+  cpu::rope_apply(ref.data(), n, heads, head_dim, table.data());
   float* xd = upload(x);
-  cuda::rope_apply(xd, n, heads, head_dim, upload(table.cos), upload(table.sin), stream());
+  const std::vector<float> cos(table.begin(), table.begin() + n * half),
+      sin(table.begin() + n * half, table.end());
+  cuda::rope_apply(xd, n, heads, head_dim, upload(cos), upload(sin), stream());
   EXPECT_LT(relative_error(download(xd, x.size()), ref), kF32Bound);
 }
 

@@ -3,9 +3,9 @@
 #include <functional>
 #include <stdexcept>
 
-#include "cuda/linear.h"
-#include "cuda/rmsnorm.h"
-#include "cuda/swiglu.h"
+#include "backend/cuda/linear.h"
+#include "backend/cuda/rmsnorm.h"
+#include "backend/cuda/swiglu.h"
 #include "gpu_test.h"
 
 namespace photon::gpu_test {

@@ -1,9 +1,9 @@
 // Log-softmax statistics and token sampling on the device against cpu::log_sum_exp and
-// photon::Sampler: the same logits, seed and position give the same token.
-#include "cpu/softmax.h"
-#include "cuda/logprob.h"
-#include "cuda/sample.h"
-#include "engine/sampler.h"
+// cpu::Sampler: the same logits, seed and position give the same token.
+#include "backend/cpu/logprob.h"
+#include "backend/cpu/sample.h"
+#include "backend/cuda/logprob.h"
+#include "backend/cuda/sample.h"
 #include "gpu_test.h"
 
 namespace photon::gpu_test {
@@ -85,7 +85,7 @@ TEST_F(GpuSampling, TokensMatchTheCpuSampler) {
         std::vector<cuda::SampleParams> params;
         std::vector<int32_t> recent(size_t(rows) * config.repetition_last_n, -1);
         std::vector<int32_t> want(rows);
-        Sampler sampler;
+        cpu::Sampler sampler;
         for (int r = 0; r < rows; ++r) {
           config.seed = 1000 + r % 5;
           const int64_t position = uniform_int(0, 1 << 30);

@@ -17,21 +17,21 @@ TEST(Cancel, StopsPrefillBetweenSlicesAndKeepsTheSessionUsable) {
   const std::string path = std::string(PHOTON_BINARY_DIR) + "/test_cancel.photon";
   photon::testing::write_test_model(config, path, 5);
   const auto model = photon::Model::load(path, {});
-  std::vector<int32_t> prompt(3 * photon::Session::kPrefillSlice, 7);
+  std::vector<int32_t> prompt(3 * photon::Runner::kPrefillSlice, 7);
   prompt[0] = 1;
   for (photon::Mode mode : {photon::Mode::HierGen, photon::Mode::RecGen}) {
-    auto session = photon::create_session(*model, mode, config.max_seq_len);
+    auto session = photon::Session::create(*model, mode, config.max_seq_len, {});
     session->cancel_requested = true;
     try {
-      session->prefill(prompt);
+      session->runner->prefill(*session, prompt);
       ADD_FAILURE() << "a cancelled prefill returned normally";
     } catch (const photon::Error& e) {
       EXPECT_EQ(e.status(), PHOTON_ERR_CANCELLED);
     }
-    EXPECT_TRUE(session->history().empty()) << "cancelled before the first slice";
+    EXPECT_TRUE(session->history.empty()) << "cancelled before the first slice";
     session->cancel_requested = false;
-    session->prefill(prompt);
-    EXPECT_EQ(session->history().size(), prompt.size());
+    session->runner->prefill(*session, prompt);
+    EXPECT_EQ(session->history.size(), prompt.size());
   }
   std::remove(path.c_str());
 }

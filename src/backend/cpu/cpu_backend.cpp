@@ -1,0 +1,170 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/embed.h"
+#include "backend/cpu/linear.h"
+#include "backend/cpu/logprob.h"
+#include "backend/cpu/rmsnorm.h"
+#include "backend/cpu/rope.h"
+#include "backend/cpu/sample.h"
+#include "backend/cpu/swiglu.h"
+
+namespace photon::cpu {
+
+namespace {
+
+constexpr std::align_val_t kAlignment{64};
+
+// Host memory from operator new, not written here: pages are backed when first touched.
+class HostBuffer final : public Buffer {
+ public:
+  HostBuffer(const Backend* owner, size_t bytes)
+      : Buffer(owner, bytes ? ::operator new(bytes, kAlignment) : nullptr, bytes) {}
+  ~HostBuffer() override {
+    if (base()) ::operator delete(base(), kAlignment);
+  }
+};
+
+// Memory the backend does not own (the model file's mapping).
+class HostView final : public Buffer {
+ public:
+  HostView(const Backend* owner, const void* data, size_t bytes)
+      : Buffer(owner, const_cast<void*>(data), bytes) {}
+};
+
+template <typename T = float>
+T* at(const Tensor& t) {
+  return reinterpret_cast<T*>(static_cast<char*>(t.buffer->base()) + t.offset);
+}
+
+void require_f32(const Tensor& t, const char* op) {
+  if (t.dtype != DType::F32)
+    fail(PHOTON_ERR_INTERNAL, std::string("cpu ") + op + ": expected an f32 tensor");
+}
+
+int rows_of(const Tensor& t) {
+  return static_cast<int>(t.rows);
+}
+int cols_of(const Tensor& t) {
+  return static_cast<int>(t.cols);
+}
+
+}  // namespace
+
+std::unique_ptr<Buffer> CpuBackend::allocate(size_t bytes, std::string_view) {
+  return std::make_unique<HostBuffer>(this, bytes);
+}
+
+Tensor CpuBackend::weight(const HostWeight& source, std::string_view) {
+  const size_t n = static_cast<size_t>(source.rows) * source.cols;
+  std::unique_ptr<Buffer> buffer;
+  if (source.dtype == DType::F32) {
+    buffer = std::make_unique<HostView>(this, source.data, n * sizeof(float));
+  } else {
+    // Widened once into owned memory: the GEMMs read f32.
+    buffer = allocate(n * sizeof(float), "weight");
+    convert_to_f32(source.dtype, source.data, static_cast<float*>(buffer->base()), n);
+  }
+  const Tensor t{buffer.get(), 0, source.rows, source.cols, DType::F32};
+  std::lock_guard<std::mutex> lock(weights_mutex_);
+  weights_.push_back(std::move(buffer));
+  return t;
+}
+
+void CpuBackend::upload(const Tensor& dst, const void* src) {
+  if (dst.bytes() > 0) std::memcpy(at<char>(dst), src, dst.bytes());
+}
+
+void CpuBackend::download(void* dst, const Tensor& src) {
+  if (src.bytes() > 0) std::memcpy(dst, at<char>(src), src.bytes());
+}
+
+void CpuBackend::copy_rows(std::span<const RowCopy> copies) {
+  for (const RowCopy& c : copies)
+    if (c.src.bytes() > 0) std::memcpy(at<char>(c.dst), at<char>(c.src), c.src.bytes());
+}
+
+void CpuBackend::embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) {
+  require_f32(out, "embed");
+  cpu::embed(at<char>(table), table.dtype, cols_of(table), ids, at(out));
+}
+
+void CpuBackend::rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) {
+  cpu::rmsnorm(at(x), at(w), at(y), rows_of(x), cols_of(x), eps);
+}
+
+void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+                        bool accumulate) {
+  require_f32(w, "linear");
+  cpu::linear(at(x), rows_of(x), cols_of(x), at(w), rows_of(w), bias ? at(*bias) : nullptr, at(y),
+              accumulate);
+}
+
+void CpuBackend::rope_table(std::span<const int64_t> positions, int head_dim, float theta,
+                            const Tensor& table) {
+  cpu::rope_table(positions.data(), static_cast<int>(positions.size()), head_dim, theta, at(table));
+}
+
+void CpuBackend::rope(const Tensor& x, int heads, const Tensor& table) {
+  cpu::rope_apply(at(x), rows_of(x), heads, cols_of(x) / heads, at(table));
+}
+
+void CpuBackend::swiglu(const Tensor& gate, const Tensor& up) {
+  cpu::swiglu(at(gate), at(up), static_cast<size_t>(gate.rows) * gate.cols);
+}
+
+void CpuBackend::kv_append(const Tensor& k, const Tensor& v,
+                           std::span<const photon::AttentionSegment> segments) {
+  for (const photon::AttentionSegment& s : segments) {
+    const Tensor k_rows = k.slice(s.row0, s.rows), v_rows = v.slice(s.row0, s.rows);
+    const size_t bytes = k_rows.bytes();
+    if (bytes == 0) continue;
+    std::memcpy(at<char>(s.k.slice(s.start, s.rows)), at<char>(k_rows), bytes);
+    std::memcpy(at<char>(s.v.slice(s.start, s.rows)), at<char>(v_rows), bytes);
+  }
+}
+
+void CpuBackend::attention(const Tensor& q, const AttentionShape& shape,
+                           std::span<const photon::AttentionSegment> segments, const Tensor& out) {
+  std::vector<cpu::AttentionSegment> rows;
+  rows.reserve(segments.size());
+  for (const photon::AttentionSegment& s : segments)
+    rows.push_back({s.row0, s.rows, s.start, at(s.k), at(s.v)});
+  cpu::attention(at(q), shape.heads, shape.kv_heads, shape.head_dim, rows, at(out));
+}
+
+void CpuBackend::sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
+                        float* logprobs) {
+  const int vocab = cols_of(logits);
+  Sampler sampler;
+  std::vector<float> row;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const float* raw = at(logits.row(static_cast<int64_t>(i)));
+    row.assign(raw, raw + vocab);  // the sampler filters in place; the log-probability is raw
+    const SampleRequest& r = rows[i];
+    tokens[i] = sampler.sample(*r.config, row.data(), vocab, r.position, r.history);
+    logprobs[i] = static_cast<float>(raw[tokens[i]] - log_sum_exp(raw, vocab));
+  }
+}
+
+void CpuBackend::logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) {
+  const int vocab = cols_of(logits);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const float* row = at(logits.row(static_cast<int64_t>(i)));
+    out[i] = static_cast<float>(row[targets[i]] - log_sum_exp(row, vocab));
+  }
+}
+
+}  // namespace photon::cpu
+
+namespace photon {
+
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<cpu::CpuBackend>();
+}
+
+}  // namespace photon

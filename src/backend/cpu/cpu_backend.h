@@ -1,0 +1,45 @@
+// The CPU backend: host memory, BLAS GEMMs and the op files of this folder, parallel with OpenMP.
+// It is the reference every other backend is tested against.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace photon::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+
+  std::unique_ptr<Buffer> allocate(size_t bytes, std::string_view what) override;
+  Tensor weight(const HostWeight& source, std::string_view name) override;
+  void upload(const Tensor& dst, const void* src) override;
+  void download(void* dst, const Tensor& src) override;
+  void copy_rows(std::span<const RowCopy> copies) override;
+
+  void embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) override;
+  void rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) override;
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+              bool accumulate) override;
+  void rope_table(std::span<const int64_t> positions, int head_dim, float theta,
+                  const Tensor& table) override;
+  void rope(const Tensor& x, int heads, const Tensor& table) override;
+  void swiglu(const Tensor& gate, const Tensor& up) override;
+  void kv_append(const Tensor& k, const Tensor& v,
+                 std::span<const photon::AttentionSegment> segments) override;
+  void attention(const Tensor& q, const AttentionShape& shape,
+                 std::span<const photon::AttentionSegment> segments, const Tensor& out) override;
+
+  void sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
+              float* logprobs) override;
+  void logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) override;
+
+ private:
+  std::mutex weights_mutex_;
+  std::vector<std::unique_ptr<Buffer>> weights_;  // views of the mapping and widened copies
+};
+
+}  // namespace photon::cpu

@@ -1,0 +1,26 @@
+// Token sampling on the CPU, the reference of every backend's sampler: repetition penalty, then
+// greedy, or temperature with top-k, top-p and min-p (photon.h states the semantics), with the
+// counter-based draw sample_uniform(seed, position) of core/sampling.h.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "core/sampling.h"
+
+namespace photon::cpu {
+
+class Sampler {
+ public:
+  // Picks the token for `position` from raw logits [vocab] (modified in place). `recent` holds the
+  // history the repetition penalty looks at.
+  int32_t sample(const SamplerConfig& config, float* logits, int vocab, int64_t position,
+                 std::span<const int32_t> recent);
+
+ private:
+  std::vector<std::pair<float, int32_t>> candidates_;
+};
+
+}  // namespace photon::cpu

@@ -1,0 +1,15 @@
+#include "backend/cpu/swiglu.h"
+
+#include <cmath>
+
+namespace photon::cpu {
+
+void swiglu(float* gate, const float* up, size_t n) {
+#pragma omp parallel for if (n > (1 << 18))
+  for (size_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+}  // namespace photon::cpu

@@ -1,0 +1,150 @@
+#include "backend/cuda/linear.h"
+
+#include <string>
+
+#include "backend/cuda/convert.h"
+#include "backend/cuda/runtime.h"
+
+namespace photon::cuda {
+
+struct Gemm::Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+namespace {
+
+uint32_t alignment(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && address % align != 0) align /= 2;
+  return align;
+}
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::F16: return CUDA_R_16F;
+    case DType::BF16: return CUDA_R_16BF;
+  }
+  return CUDA_R_32F;
+}
+
+const char* type_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32 (TF32)";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+  }
+  return "?";
+}
+
+struct PreferenceDeleter {
+  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublasLtMatmulPreferenceDestroy(p); }
+};
+
+template <class T>
+void set_op(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attribute, const T& value) {
+  PHOTON_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, attribute, &value, sizeof value));
+}
+
+template <class T>
+void set_preference(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attribute,
+                    const T& value) {
+  PHOTON_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof value));
+}
+
+}  // namespace
+
+Gemm::Gemm(size_t workspace_bytes) : workspace_(workspace_bytes, "cuBLASLt workspace") {
+  PHOTON_CUBLAS_CHECK(cublasLtCreate(&handle_));
+}
+
+Gemm::~Gemm() {
+  plans_.clear();
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+Gemm::Plan& Gemm::plan_for(const PlanKey& key) {
+  if (auto found = plans_.find(key); found != plans_.end()) return *found->second;
+  const std::string problem = "y[" + std::to_string(key.n) + ", " + std::to_string(key.out) +
+                              "] = x W^T with " + type_name(key.dtype) + " weights [" +
+                              std::to_string(key.out) + ", " + std::to_string(key.in) + "]";
+  auto plan = std::make_unique<Plan>();
+  const bool tf32 = key.dtype == DType::F32;
+  PHOTON_CUBLAS_CHECK(cublasLtMatmulDescCreate(
+      &plan->op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set_op(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+  set_op(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  if (key.bias) {
+    set_op(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+    set_op(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
+  }
+  // cuBLASLt is column-major: W [out, in] row-major is a column-major [in, out] used transposed,
+  // x [n, in] is [in, n], y [n, out] is [out, n].
+  const cudaDataType_t operands = cuda_type(key.dtype);
+  PHOTON_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, operands, key.in, key.out, key.in));
+  PHOTON_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, operands, key.in, key.n, key.in));
+  PHOTON_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, key.out, key.n, key.out));
+
+  cublasLtMatmulPreference_t raw_pref = nullptr;
+  PHOTON_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
+  const std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, PreferenceDeleter> pref(raw_pref);
+  set_preference(raw_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                 static_cast<uint64_t>(workspace_.bytes()));
+  set_preference(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a);
+  set_preference(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
+  set_preference(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
+  set_preference(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  check_cublas(cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, plan->b, plan->c, plan->c,
+                                              raw_pref, 1, &result, &found),
+               "cublasLtMatmulAlgoGetHeuristic for " + problem);
+  if (found == 0) fail(PHOTON_ERR_DEVICE, "cuBLASLt has no algorithm for " + problem);
+  plan->algo = result.algo;
+  return *plans_.emplace(key, std::move(plan)).first->second;
+}
+
+void Gemm::linear(const float* x, int n, const DeviceMatrix& w, const float* bias, float* y,
+                  bool accumulate, Arena& scratch, cudaStream_t stream) {
+  if (n <= 0 || w.rows <= 0) return;
+  check(w.cols > 0 && w.data != nullptr, PHOTON_ERR_INTERNAL,
+        "cuda::Gemm::linear: a weight matrix without columns or data");
+  ArenaScope scope(scratch);
+  const void* operand = x;
+  if (w.dtype != DType::F32) {
+    const size_t count = static_cast<size_t>(n) * w.cols;
+    void* rounded = scratch.take_bytes(count * 2, "GEMM activations");
+    convert_from_f32(w.dtype, x, rounded, count, stream);
+    operand = rounded;
+  }
+  const PlanKey key{n,
+                    w.cols,
+                    w.rows,
+                    w.dtype,
+                    accumulate,
+                    bias != nullptr,
+                    alignment(w.data),
+                    alignment(operand),
+                    alignment(y)};
+  Plan& plan = plan_for(key);
+  if (bias) set_op(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  PHOTON_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.op, &alpha, w.data, plan.a, operand, plan.b,
+                                     &beta, y, plan.c, y, plan.c, &plan.algo, workspace_.data(),
+                                     workspace_.bytes(), stream));
+}
+
+}  // namespace photon::cuda

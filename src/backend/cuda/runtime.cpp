@@ -1,0 +1,136 @@
+#include "backend/cuda/runtime.h"
+
+namespace photon::cuda {
+
+namespace {
+
+bool is_allocation_failure(cudaError_t status) {
+  return status == cudaErrorMemoryAllocation;
+}
+
+}  // namespace
+
+void check_cuda(cudaError_t status, std::string_view call) {
+  if (status == cudaSuccess) return;
+  // Clears the error unless it is sticky, so that a failed allocation does not resurface at the
+  // next launch check.
+  cudaGetLastError();
+  const std::string message = "CUDA: " + std::string(call) +
+                              " failed: " + cudaGetErrorString(status) + " (" +
+                              cudaGetErrorName(status) + ")";
+  fail(is_allocation_failure(status) ? PHOTON_ERR_OUT_OF_MEMORY : PHOTON_ERR_DEVICE, message);
+}
+
+void check_cublas(cublasStatus_t status, std::string_view call) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  const std::string message = "cuBLAS: " + std::string(call) +
+                              " failed: " + cublasLtGetStatusString(status) + " (" +
+                              cublasLtGetStatusName(status) + ")";
+  fail(status == CUBLAS_STATUS_ALLOC_FAILED ? PHOTON_ERR_OUT_OF_MEMORY : PHOTON_ERR_DEVICE,
+       message);
+}
+
+void check_launch(std::string_view kernel) {
+  check_cuda(cudaGetLastError(), "launch of " + std::string(kernel));
+}
+
+int device_count(std::string* reason) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    if (reason)
+      *reason = std::string(cudaGetErrorString(status)) + " (" + cudaGetErrorName(status) + ")";
+    return 0;
+  }
+  if (count == 0 && reason) *reason = "the CUDA runtime reports no device";
+  return count;
+}
+
+Device::Device(int ordinal) {
+  std::string reason;
+  const int count = device_count(&reason);
+  if (count == 0) fail(PHOTON_ERR_DEVICE, "no CUDA device: " + reason);
+  if (ordinal < 0 || ordinal >= count)
+    fail(PHOTON_ERR_DEVICE, "CUDA device " + std::to_string(ordinal) + " does not exist (" +
+                                std::to_string(count) + " present)");
+  PHOTON_CUDA_CHECK(cudaSetDevice(ordinal));
+  cudaDeviceProp prop{};
+  PHOTON_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal));
+  info_.ordinal = ordinal;
+  info_.name = prop.name;
+  info_.major = prop.major;
+  info_.minor = prop.minor;
+  info_.multiprocessors = prop.multiProcessorCount;
+  info_.memory_bytes = prop.totalGlobalMem;
+  info_.l2_bytes = static_cast<size_t>(prop.l2CacheSize);
+  info_.shared_per_block_optin = prop.sharedMemPerBlockOptin;
+  if (prop.major < 8)
+    fail(PHOTON_ERR_DEVICE, "CUDA device " + std::to_string(ordinal) + " (" + info_.name +
+                                ") has compute capability " + std::to_string(prop.major) + "." +
+                                std::to_string(prop.minor) +
+                                "; the CUDA backend is built for 8.0 and 9.0");
+  PHOTON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
+
+Device::~Device() {
+  if (stream_) {
+    cudaSetDevice(info_.ordinal);
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+}
+
+void Device::make_current() const {
+  PHOTON_CUDA_CHECK(cudaSetDevice(info_.ordinal));
+}
+
+void Device::synchronize() const {
+  PHOTON_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+Graph::~Graph() {
+  reset();
+}
+
+void Graph::begin(cudaStream_t stream) {
+  reset();
+  stream_ = stream;
+  // Thread-local mode: only this thread's unsafe calls (such as cudaMalloc) break the capture.
+  PHOTON_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+}
+
+void Graph::end() {
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph_);
+  if (ended != cudaSuccess) {
+    reset();
+    check_cuda(ended, "cudaStreamEndCapture");
+  }
+  PHOTON_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+}
+
+void Graph::abandon() noexcept {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream_, &status) == cudaSuccess &&
+      status != cudaStreamCaptureStatusNone) {
+    cudaGraph_t partial = nullptr;
+    cudaStreamEndCapture(stream_, &partial);
+    if (partial) cudaGraphDestroy(partial);
+  }
+  cudaGetLastError();
+  reset();
+}
+
+void Graph::reset() noexcept {
+  if (exec_) cudaGraphExecDestroy(exec_);
+  if (graph_) cudaGraphDestroy(graph_);
+  exec_ = nullptr;
+  graph_ = nullptr;
+}
+
+void Graph::launch(cudaStream_t stream) const {
+  if (!exec_) fail(PHOTON_ERR_INTERNAL, "cuda::Graph::launch before a successful capture");
+  PHOTON_CUDA_CHECK(cudaGraphLaunch(exec_, stream));
+}
+
+}  // namespace photon::cuda

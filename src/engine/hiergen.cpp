@@ -1,0 +1,284 @@
+#include "engine/hiergen.h"
+
+#include <algorithm>
+
+#include "engine/session.h"
+#include "engine/session_state.h"
+#include "engine/weights.h"
+
+namespace photon {
+
+void HierGenState::allocate(const Model& model, std::span<const int> encoder_capacity) {
+  const ModelConfig& c = model.config();
+  Backend& b = model.backend();
+  const int L = c.num_levels();
+  levels.clear();
+  levels.resize(L);
+  for (int l = 1; l <= L; ++l) {
+    HierLevel& lv = level(l);
+    const StackConfig& enc = c.level(l).encoder;
+    lv.encoder.allocate(b, enc.layers, encoder_capacity[l - 1], enc.kv_dim());
+    lv.pending = zero_matrix(b, c.level(l).chunk_len, c.latent_dim(l - 1), "pending children");
+    allocate_window(model, l, &lv.window);
+  }
+  top_last = zero_matrix(b, 1, c.latent_dim(L), "top-level state");
+  has_top = false;
+  pos = 0;
+}
+
+Tensor top_conditioner(const Model& model, const HierGenState& st) {
+  return st.has_top ? st.top_last.tensor() : model.weights().start;
+}
+
+void hier_append(const Model& model, HierGenState& st, std::span<const int32_t> tokens,
+                 std::span<const int32_t> history, Workspace& ws) {
+  Backend& b = ws.backend();
+  const ModelConfig& c = model.config();
+  const Weights& w = model.weights();
+  const int L = c.num_levels();
+  // Bottom-up: the new latents of level l - 1 join the open unit's pending children; every C_l of
+  // them form a complete unit that the level-l encoder consumes.
+  Slot fresh_slot = Slot::LatentA, encoded_slot = Slot::LatentB;
+  Tensor fresh = ws.get(fresh_slot, static_cast<int64_t>(tokens.size()), c.embed_dim);
+  b.embed(w.tok_emb_enc, tokens, fresh);
+  int64_t n_fresh = static_cast<int64_t>(tokens.size());
+  for (int l = 1; l <= L && n_fresh > 0; ++l) {
+    HierLevel& lv = st.level(l);
+    const int cl = c.level(l).chunk_len, dp = c.latent_dim(l - 1), dl = c.latent_dim(l);
+    const int64_t total = lv.n_pending + n_fresh, units = total / cl;
+    const Tensor all = ws.get(Slot::Pending, total, dp);  // [total, D_{l-1}]
+    b.copy_rows(
+        std::vector<RowCopy>{{all.slice(0, lv.n_pending), lv.pending.slice(0, lv.n_pending)},
+                             {all.slice(lv.n_pending, n_fresh), fresh.slice(0, n_fresh)}});
+    const Tensor encoded = ws.get(encoded_slot, units, dl);  // [units, D_l]
+    if (units > 0) {
+      const EncodeJob job{&lv.encoder, all.slice(0, units * cl), static_cast<int>(units), encoded};
+      encode_units(model, l, {&job, 1}, ws);
+    }
+    lv.n_pending = static_cast<int>(total - units * cl);
+    std::vector<RowCopy> copies{
+        {lv.pending.slice(0, lv.n_pending), all.slice(units * cl, lv.n_pending)}};
+    if (l == L && units > 0) {
+      copies.push_back({st.top_last, encoded.row(units - 1)});
+      st.has_top = true;
+    }
+    b.copy_rows(copies);
+    std::swap(fresh_slot, encoded_slot);
+    fresh = encoded;
+    n_fresh = units;
+  }
+  st.pos += static_cast<int64_t>(tokens.size());
+  // Top-down: each level's open unit gets a fresh window over its complete children.
+  for (int l = L; l >= 1; --l) {
+    HierLevel& lv = st.level(l);
+    const Tensor cond = l == L ? top_conditioner(model, st) : st.level(l + 1).window.latest();
+    Tensor inputs = lv.pending.slice(0, lv.n_pending);
+    if (l == 1) {
+      inputs = ws.get(Slot::Embedded, lv.n_pending, c.token_dim);
+      b.embed(w.tok_emb_dec, history.subspan(history.size() - lv.n_pending), inputs);
+    }
+    const WindowJob job{&lv.window, cond, inputs};
+    run_windows(model, l, {&job, 1}, ws);
+  }
+}
+
+void hier_step(const Model& model, std::span<HierGenState* const> states,
+               std::span<const int32_t> tokens, Workspace& ws) {
+  Backend& b = ws.backend();
+  const ModelConfig& c = model.config();
+  const Weights& w = model.weights();
+  const int L = c.num_levels();
+  const int64_t n = static_cast<int64_t>(states.size());
+  // Row a of `latent` is the completed child's encoder state (chunker input) of the a-th active
+  // state, row a of `input` what its parent's window reads for it (tok_emb_dec at level 1, the same
+  // encoder state above).
+  Slot latent_slot = Slot::LatentA, next_slot = Slot::LatentB;
+  Tensor latent = ws.get(latent_slot, n, c.embed_dim);
+  Tensor input = ws.get(Slot::Embedded, n, c.token_dim);
+  b.embed(w.tok_emb_enc, tokens, latent);
+  b.embed(w.tok_emb_dec, tokens, input);
+  // Highest level whose window got a new output (L + 1: a new top unit).
+  std::vector<int> changed(states.size(), L + 1);
+  std::vector<size_t> active(states.size());
+  for (size_t i = 0; i < active.size(); ++i) active[i] = i;
+  std::vector<WindowJob> feeds;
+  std::vector<EncodeJob> encodes;
+  std::vector<size_t> completing;
+  std::vector<RowCopy> copies;
+  for (int l = 1; l <= L && !active.empty(); ++l) {
+    const int cl = c.level(l).chunk_len;
+    int64_t n_complete = 0;
+    for (size_t i : active) n_complete += states[i]->level(l).n_pending + 1 == cl ? 1 : 0;
+    const Tensor next = ws.get(next_slot, n_complete, c.latent_dim(l));
+    feeds.clear();
+    encodes.clear();
+    completing.clear();
+    copies.clear();
+    for (size_t a = 0; a < active.size(); ++a) {
+      const size_t i = active[a];
+      HierLevel& lv = states[i]->level(l);
+      copies.push_back({lv.pending.row(lv.n_pending), latent.row(static_cast<int64_t>(a))});
+      if (++lv.n_pending < cl) {
+        feeds.push_back({&lv.window, {}, input.row(static_cast<int64_t>(a))});
+        changed[i] = l;
+      } else {
+        encodes.push_back(
+            {&lv.encoder, lv.pending, 1, next.row(static_cast<int64_t>(completing.size()))});
+        completing.push_back(i);
+      }
+    }
+    b.copy_rows(copies);
+    run_windows(model, l, feeds, ws);
+    encode_units(model, l, encodes, ws);
+    copies.clear();
+    for (size_t k = 0; k < completing.size(); ++k) {
+      HierGenState& st = *states[completing[k]];
+      st.level(l).n_pending = 0;
+      if (l == L) {
+        copies.push_back({st.top_last, next.row(static_cast<int64_t>(k))});
+        st.has_top = true;
+      }
+    }
+    b.copy_rows(copies);
+    active.swap(completing);
+    latent = input = next;
+    std::swap(latent_slot, next_slot);
+  }
+  for (HierGenState* st : states) st->pos += 1;
+  std::vector<WindowJob> opens;
+  for (int l = L; l >= 1; --l) {
+    opens.clear();
+    for (size_t i = 0; i < states.size(); ++i) {
+      if (changed[i] - 1 < l) continue;
+      HierGenState& st = *states[i];
+      const Tensor cond = l == L ? top_conditioner(model, st) : st.level(l + 1).window.latest();
+      opens.push_back({&st.level(l).window, cond, {}});
+    }
+    run_windows(model, l, opens, ws);
+  }
+}
+
+namespace {
+
+std::vector<int> encoder_capacities(const ModelConfig& c, int64_t tokens) {
+  std::vector<int> caps;
+  for (int l = 1; l <= c.num_levels(); ++l)
+    caps.push_back(static_cast<int>(tokens / c.block_tokens(l)));
+  return caps;
+}
+
+class HierGenRunner final : public Runner {
+ public:
+  using Runner::Runner;
+
+  void init(Session& s) override {
+    s.state.emplace<HierGenState>().allocate(model_,
+                                             encoder_capacities(model_.config(), s.context));
+  }
+
+  void prefill(Session& s, std::span<const int32_t> tokens) override {
+    Session* self = &s;
+    catch_up({&self, 1});
+    HierGenState& st = s.as<HierGenState>();
+    for (size_t at = 0; at < tokens.size(); at += kPrefillSlice) {
+      s.check_cancel();
+      const auto slice = tokens.subspan(at, std::min(kPrefillSlice, tokens.size() - at));
+      s.history.insert(s.history.end(), slice.begin(), slice.end());
+      hier_append(model_, st, slice, s.history, ws_);
+    }
+  }
+
+  void catch_up(std::span<Session* const> sessions) override {
+    // Delivered tokens are consumed lazily, one step per lagging session per round.
+    std::vector<HierGenState*> states;
+    std::vector<int32_t> tokens;
+    for (;;) {
+      states.clear();
+      tokens.clear();
+      for (Session* s : sessions) {
+        HierGenState& st = s->as<HierGenState>();
+        if (st.pos < static_cast<int64_t>(s->history.size())) {
+          states.push_back(&st);
+          tokens.push_back(s->history[st.pos]);
+        }
+      }
+      if (states.empty()) return;
+      hier_step(model_, states, tokens, ws_);
+    }
+  }
+
+  void lanes(Session& s, std::vector<Lane>& out) override {
+    out.assign(1, {static_cast<int64_t>(s.history.size()), s.as<HierGenState>().hidden()});
+  }
+
+  // Sampled tokens are consumed by the next catch_up, once delivered.
+  void feed(std::span<Session* const>, std::span<const std::vector<int32_t>>) override {}
+  void rollback(Session&) override {}
+
+  KvBytes kv_bytes(const Session& s, int level) const override {
+    const HierLevel& lv = s.as<HierGenState>().level(level);
+    return {lv.encoder.bytes_in_use(), lv.window.cache.bytes_in_use()};
+  }
+
+  void save(const Session& s, StateWriter& out) const override {
+    const ModelConfig& c = model_.config();
+    const HierGenState& st = s.as<HierGenState>();
+    uint64_t bytes = 0;
+    for (const HierLevel& lv : st.levels)
+      bytes += lv.encoder.bytes_in_use() + lv.window.cache.bytes_in_use();
+    out.expect_bytes(bytes);
+    std::vector<FbOffset<fb::LevelState>> levels;
+    for (int l = 1; l <= c.num_levels(); ++l) {
+      const HierLevel& lv = st.level(l);
+      const auto encoder = out.cache(lv.encoder);
+      const auto pending = out.floats(lv.pending.slice(0, lv.n_pending));
+      const auto window = out.window(lv.window);
+      levels.push_back(fb::CreateLevelState(out.builder(), encoder, pending, lv.n_pending, window));
+    }
+    out.kind = fb::SessionKind::HierGen;
+    out.levels = out.builder().CreateVector(levels);
+    out.top_last = out.floats(st.top_last);
+    out.has_top = st.has_top;
+    out.consumed = st.pos;
+  }
+
+  void restore(Session& s, const StateReader& in) override {
+    const ModelConfig& c = model_.config();
+    const fb::SessionState& state = in.state();
+    const int L = c.num_levels();
+    const int64_t consumed = state.consumed();
+    HierGenState& st = s.as<HierGenState>();
+    StateReader::expect(state.levels() && state.levels()->size() == static_cast<size_t>(L),
+                        "the level states are missing");
+    for (int l = 1; l <= L; ++l) {
+      const fb::LevelState* level = state.levels()->Get(l - 1);
+      HierLevel& lv = st.level(l);
+      const std::string name = "level " + std::to_string(l);
+      StateReader::expect(level != nullptr, name + " is missing");
+      in.cache(level->encoder(), lv.encoder, consumed / c.block_tokens(l), name + " encoder cache");
+      const int n_pending =
+          static_cast<int>((consumed / c.block_tokens(l - 1)) % c.level(l).chunk_len);
+      StateReader::expect(level->n_pending() == n_pending,
+                          name + " has the wrong number of pending children");
+      in.floats(level->pending(), lv.pending.slice(0, n_pending),
+                name + " pending children have the wrong size");
+      lv.n_pending = n_pending;
+      in.window(level->window(), lv.window, name + " window");
+      StateReader::expect(consumed == 0 || lv.window.n_outputs == n_pending + 1,
+                          name + " window does not match its children");
+    }
+    in.floats(state.top_last(), st.top_last, "the last top-level state has the wrong size");
+    st.has_top = state.has_top();
+    StateReader::expect(st.has_top == (consumed >= c.block_tokens(L)),
+                        "the top-level flag does not match the history");
+    st.pos = consumed;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Runner> make_hiergen_runner(const Model& model) {
+  return std::make_unique<HierGenRunner>(model);
+}
+
+}  // namespace photon

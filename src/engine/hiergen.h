@@ -1,0 +1,54 @@
+// The encoder-consistent state of spec section 5 (HierGen): every level's encoder cache, the
+// complete children of each level's open unit, and each level's open window. Prefill and RecGen's
+// start-up build on it as well.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/levels.h"
+#include "engine/runner.h"
+
+namespace photon {
+
+struct HierLevel {
+  KvCache encoder;  // X(l) of the complete level-l units so far
+  Matrix pending;   // [C_l, D_{l-1}]: latents of the open unit's complete children
+  int n_pending = 0;
+  Window window;  // the open level-l unit's window
+};
+
+struct HierGenState {
+  std::vector<HierLevel> levels;  // index l - 1
+  Matrix top_last;                // [1, D_L]: X(L) of the last complete top unit
+  bool has_top = false;
+  int64_t pos = 0;  // tokens consumed
+
+  // encoder_capacity[l - 1]: complete level-l units the encoder cache can hold.
+  void allocate(const Model& model, std::span<const int> encoder_capacity);
+  HierLevel& level(int l) { return levels[l - 1]; }
+  const HierLevel& level(int l) const { return levels[l - 1]; }
+  // The hidden state that predicts token `pos` (the level-1 window's latest output).
+  Tensor hidden() const { return levels[0].window.latest(); }
+};
+
+// Consumes `tokens` in parallel (spec 5, prefill): the encoders step over every unit that
+// completes, then the windows of the open unit at every level are rebuilt top-down. `history` is
+// the full token history including `tokens` (level-1 windows take the open unit's tokens from it).
+void hier_append(const Model& model, HierGenState& st, std::span<const int32_t> tokens,
+                 std::span<const int32_t> history, Workspace& ws);
+
+// Consumes one token per state incrementally (spec 5, HierGen): it completes its level-1 unit or
+// feeds the level-1 window; a completed unit steps its level's encoder and feeds the parent, and so
+// on up; new windows then open top-down below the highest level that changed. The states advance
+// level by level together, so each level's GEMMs cover every state that reaches it.
+void hier_step(const Model& model, std::span<HierGenState* const> states,
+               std::span<const int32_t> tokens, Workspace& ws);
+
+// Initial conditioner of the top level's open unit: X(L) of the previous unit, or the learned start.
+Tensor top_conditioner(const Model& model, const HierGenState& st);
+
+std::unique_ptr<Runner> make_hiergen_runner(const Model& model);
+
+}  // namespace photon

@@ -1,0 +1,43 @@
+// The PHOTON-specific passes over rows, shared by scoring, prefill, HierGen and RecGen: chunker +
+// encoder steps over complete units, and local decoder windows. Each takes a list of jobs so that
+// many units (and, for batched decoding, many sessions) share one GEMM per weight matrix.
+#pragma once
+
+#include <span>
+
+#include "engine/model.h"
+#include "engine/stack.h"
+#include "engine/window.h"
+#include "engine/workspace.h"
+
+namespace photon {
+
+// Encodes `units` complete level-l units whose children latents X(l-1) are the consecutive rows
+// of `children` [units * C_l, D_{l-1}], appending them to `cache` (spec 3.2); writes X(l) to `out`
+// [units, D_l].
+struct EncodeJob {
+  KvCache* cache;
+  Tensor children;
+  int units;
+  Tensor out;
+};
+void encode_units(const Model& model, int level, std::span<const EncodeJob> jobs, Workspace& ws);
+
+// Runs level-l windows. A job with a `cond` [1, D_l] opens its window afresh (prefix =
+// converter(cond)) and yields o_0; then each of its rows of `inputs` [n, E_l] is the next child's
+// input and yields the next output. Outputs land in window->outputs.
+struct WindowJob {
+  Window* window;
+  Tensor cond;    // no buffer: the window continues
+  Tensor inputs;  // may have no rows
+};
+void run_windows(const Model& model, int level, std::span<const WindowJob> jobs, Workspace& ws);
+
+// Allocates a window of level l sized for its config.
+void allocate_window(const Model& model, int level, Window* window);
+
+// log softmax(hidden . lm_head^T)[token] for each row; hidden [n, D_t] (or [n, D]).
+void token_logprobs(const Model& model, const Tensor& hidden, std::span<const int32_t> tokens,
+                    float* out, Workspace& ws);
+
+}  // namespace photon

@@ -1,0 +1,341 @@
+#include "engine/recgen.h"
+
+#include <algorithm>
+
+#include "engine/hiergen.h"
+#include "engine/session.h"
+#include "engine/session_state.h"
+#include "engine/weights.h"
+
+namespace photon {
+
+namespace {
+
+// Index in the parent's plan of the level-l unit that starts or holds position `pos`.
+int64_t child_index(const ModelConfig& c, int level, int64_t pos) {
+  return (pos / c.block_tokens(level)) % c.level(level + 1).chunk_len;
+}
+
+class RecGenRunner final : public Runner {
+ public:
+  using Runner::Runner;
+
+  void init(Session& s) override {
+    const ModelConfig& c = model_.config();
+    Backend& b = model_.backend();
+    const int L = c.num_levels();
+    RecGenState& st = s.state.emplace<RecGenState>();
+    const StackConfig& enc = c.level(L).encoder;
+    st.top.allocate(b, enc.layers, static_cast<int>(s.context / c.block_tokens(L)), enc.kv_dim());
+    st.top_last = zero_matrix(b, 1, c.latent_dim(L), "top-level state");
+    st.plans.resize(L + 1);
+    for (int l = 2; l <= L; ++l)
+      st.plans[l] = zero_matrix(b, c.level(l).chunk_len, c.latent_dim(l - 1), "plan");
+    st.group.resize(c.level(2).chunk_len);
+    for (Window& w : st.group) allocate_window(model_, 1, &w);
+  }
+
+  void prefill(Session& s, std::span<const int32_t> tokens) override {
+    RecGenState& r = s.as<RecGenState>();
+    if (r.generated)
+      fail(PHOTON_ERR_UNSUPPORTED,
+           "a RecGen session cannot take more prompt after it has generated (its latents are its "
+           "own reconstructions); start a new session or use HierGen");
+    if (tokens.empty()) return;
+    // RecGen keeps no encoder cache below the top, so a prompt (also one extended by a second
+    // prefill) is encoded in full once with temporary lower caches, which are then dropped.
+    std::vector<int32_t> prompt = s.history;
+    prompt.insert(prompt.end(), tokens.begin(), tokens.end());
+    const ModelConfig& c = model_.config();
+    const int L = c.num_levels();
+    const int64_t n = static_cast<int64_t>(prompt.size());
+    std::vector<int> caps;
+    for (int l = 1; l < L; ++l) caps.push_back(static_cast<int>(n / c.block_tokens(l)));
+    caps.push_back(r.top.capacity);
+    HierGenState st;
+    st.allocate(model_, caps);
+    const std::span<const int32_t> all(prompt);
+    for (size_t at = 0; at < prompt.size(); at += kPrefillSlice) {
+      s.check_cancel();  // nothing of this session has changed yet
+      const size_t end = std::min(prompt.size(), at + kPrefillSlice);
+      hier_append(model_, st, all.subspan(at, end - at), all.first(end), ws_);
+    }
+    s.history = std::move(prompt);
+    build_from(s, st);
+  }
+
+  void catch_up(std::span<Session* const> sessions) override {
+    std::vector<Session*> due;
+    for (Session* s : sessions) {
+      const int64_t next = static_cast<int64_t>(s->history.size());
+      if (next > 0 && next < s->context && next == group_end(s->as<RecGenState>()))
+        due.push_back(s);
+    }
+    if (!due.empty()) advance_groups(due);
+  }
+
+  void lanes(Session& s, std::vector<Lane>& out) override {
+    RecGenState& r = s.as<RecGenState>();
+    out.clear();
+    r.lane_windows.clear();
+    const int64_t next = static_cast<int64_t>(s.history.size());
+    const int c1 = model_.config().level(1).chunk_len;
+    for (int j = static_cast<int>((next - r.group_start) / c1);
+         j < static_cast<int>(r.group.size()); ++j) {
+      const Window& w = r.group[j];
+      if (w.consumed >= c1) continue;
+      out.push_back({r.group_start + static_cast<int64_t>(j) * c1 + w.consumed, w.latest()});
+      r.lane_windows.push_back(j);
+    }
+  }
+
+  void feed(std::span<Session* const> sessions,
+            std::span<const std::vector<int32_t>> tokens) override {
+    const ModelConfig& c = model_.config();
+    const int c1 = c.level(1).chunk_len;
+    std::vector<int32_t> ids;
+    for (const std::vector<int32_t>& t : tokens) ids.insert(ids.end(), t.begin(), t.end());
+    const Tensor inputs = ws_.get(Slot::Embedded, static_cast<int64_t>(ids.size()), c.token_dim);
+    model_.backend().embed(model_.weights().tok_emb_dec, ids, inputs);
+    std::vector<WindowJob> jobs;
+    int64_t row = 0;
+    for (size_t g = 0; g < sessions.size(); ++g) {
+      RecGenState& r = sessions[g]->as<RecGenState>();
+      if (tokens[g].empty()) continue;
+      r.generated = true;
+      for (size_t i = 0; i < tokens[g].size(); ++i, ++row) {
+        Window& w = r.group[r.lane_windows[i]];
+        if (w.consumed + 1 < c1)
+          jobs.push_back({&w, {}, inputs.row(row)});
+        else
+          w.consumed = c1;  // the unit's last token needs no further output
+      }
+    }
+    run_windows(model_, 1, jobs, ws_);
+  }
+
+  void rollback(Session& s) override {
+    RecGenState& r = s.as<RecGenState>();
+    const int c1 = model_.config().level(1).chunk_len;
+    const int64_t committed = static_cast<int64_t>(s.history.size());
+    for (int j = 0; j < static_cast<int>(r.group.size()); ++j) {
+      const int64_t start = r.group_start + static_cast<int64_t>(j) * c1;
+      const int allowed = static_cast<int>(std::clamp<int64_t>(committed - start, 0, c1));
+      if (r.group[j].consumed > allowed) r.group[j].truncate(allowed);
+    }
+  }
+
+  KvBytes kv_bytes(const Session& s, int level) const override {
+    const RecGenState& r = s.as<RecGenState>();
+    KvBytes b;
+    if (level == model_.config().num_levels()) b.encoder = r.top.bytes_in_use();
+    if (level == 1)
+      for (const Window& w : r.group) b.window += w.cache.bytes_in_use();
+    return b;
+  }
+
+  void save(const Session& s, StateWriter& out) const override {
+    const RecGenState& r = s.as<RecGenState>();
+    out.expect_bytes(r.top.bytes_in_use());
+    out.kind = fb::SessionKind::RecGen;
+    out.top = out.cache(r.top);
+    out.top_last = out.floats(r.top_last);
+    out.has_top = r.has_top;
+    std::vector<FbOffset<fb::Plan>> plans;
+    for (const Matrix& p : r.plans) plans.push_back(fb::CreatePlan(out.builder(), out.floats(p)));
+    out.plans = out.builder().CreateVector(plans);
+    std::vector<FbOffset<fb::WindowState>> group;
+    for (const Window& w : r.group) group.push_back(out.window(w));
+    out.group = out.builder().CreateVector(group);
+    out.group_start = r.group_start;
+    out.generated = r.generated;
+    out.consumed = static_cast<int64_t>(s.history.size());
+  }
+
+  void restore(Session& s, const StateReader& in) override {
+    const ModelConfig& c = model_.config();
+    const fb::SessionState& st = in.state();
+    const int L = c.num_levels();
+    const int64_t n = static_cast<int64_t>(s.history.size()), b2 = c.block_tokens(2);
+    RecGenState& r = s.as<RecGenState>();
+    r.group_start = st.group_start();
+    StateReader::expect(n >= 1 && r.group_start >= 0 && r.group_start % b2 == 0 &&
+                            r.group_start <= n && n <= r.group_start + b2,
+                        "the open unit does not match the history");
+    in.cache(st.top(), r.top, r.group_start / c.block_tokens(L), "the top-level cache");
+    in.floats(st.top_last(), r.top_last, "the last top-level state has the wrong size");
+    r.has_top = st.has_top();
+    StateReader::expect(st.plans() && st.plans()->size() == static_cast<size_t>(L + 1),
+                        "the plans are missing");
+    for (int l = 2; l <= L; ++l) {
+      const fb::Plan* p = st.plans()->Get(l);
+      StateReader::expect(p != nullptr, "a plan is missing");
+      in.floats(p->values(), r.plans[l],
+                "the plan of level " + std::to_string(l) + " has the wrong size");
+    }
+    StateReader::expect(st.group() && st.group()->size() == r.group.size(),
+                        "the level-1 windows are missing");
+    const int c1 = c.level(1).chunk_len;
+    for (size_t j = 0; j < r.group.size(); ++j) {
+      const Window& w = r.group[j];
+      const std::string name = "level-1 window " + std::to_string(j);
+      in.window(st.group()->Get(static_cast<flatbuffers::uoffset_t>(j)), r.group[j], name);
+      // Saving rolls every window back to the history; an unfinished one predicts from its last
+      // output.
+      const int64_t start = r.group_start + static_cast<int64_t>(j) * c1;
+      StateReader::expect(w.consumed == std::clamp<int64_t>(n - start, 0, c1) &&
+                              (w.n_outputs == std::min(w.consumed, c1 - 1) + 1 ||
+                               (w.n_outputs == 0 && w.consumed == c1)),
+                          name + " does not match the history");
+    }
+    StateReader::expect(r.has_top == (r.group_start >= c.block_tokens(L)),
+                        "the top-level flag does not match the history");
+    r.generated = st.generated();
+  }
+
+ private:
+  int64_t group_end(const RecGenState& r) const {
+    return r.group_start + model_.config().block_tokens(2);
+  }
+
+  // The level-l windows compute_plans runs, one per session, reused from call to call.
+  std::vector<Window>& plan_windows(int level, size_t n) {
+    if (plan_windows_.size() <= static_cast<size_t>(level)) plan_windows_.resize(level + 1);
+    std::vector<Window>& windows = plan_windows_[level];
+    while (windows.size() < n) allocate_window(model_, level, &windows.emplace_back());
+    return windows;
+  }
+
+  // Runs each session's level-l window over its open unit's prompt children, then on its own
+  // outputs: o_j for every child not entirely in the prompt is that child's latent (Xhat) and also
+  // its input y. All sessions step together.
+  void compute_plans(int level, std::span<Session* const> sessions, std::span<const Tensor> conds,
+                     std::span<const Tensor> prompt_children) {
+    Backend& b = model_.backend();
+    const int cl = model_.config().level(level).chunk_len;
+    const size_t n = sessions.size();
+    std::vector<Window>& windows = plan_windows(level, n);
+    std::vector<WindowJob> jobs;
+    std::vector<RowCopy> copies;
+    for (size_t i = 0; i < n; ++i) {
+      const Tensor& prompt = prompt_children[i];
+      jobs.push_back({&windows[i], conds[i], prompt});
+      if (prompt.rows > 0)
+        copies.push_back(
+            {sessions[i]->as<RecGenState>().plans[level].slice(0, prompt.rows), prompt});
+    }
+    b.copy_rows(copies);
+    run_windows(model_, level, jobs, ws_);
+    for (int j = 0; j < cl; ++j) {
+      jobs.clear();
+      copies.clear();
+      for (size_t i = 0; i < n; ++i) {
+        if (j < prompt_children[i].rows) continue;
+        const Tensor row = sessions[i]->as<RecGenState>().plans[level].row(j);
+        copies.push_back({row, windows[i].output(j)});
+        if (j + 1 < cl) jobs.push_back({&windows[i], {}, row});
+      }
+      b.copy_rows(copies);
+      run_windows(model_, level, jobs, ws_);
+    }
+  }
+
+  // Opens the level-1 windows of each session's group from its level-2 plan: those before
+  // first_window[i] finished inside the prompt, the first open one takes open_tokens[i].
+  void open_groups(std::span<Session* const> sessions, std::span<const int> first_window,
+                   std::span<const std::vector<int32_t>> open_tokens) {
+    const ModelConfig& c = model_.config();
+    const int c1 = c.level(1).chunk_len;
+    std::vector<int32_t> ids;
+    for (const std::vector<int32_t>& t : open_tokens) ids.insert(ids.end(), t.begin(), t.end());
+    const Tensor inputs = ws_.get(Slot::Embedded, static_cast<int64_t>(ids.size()), c.token_dim);
+    model_.backend().embed(model_.weights().tok_emb_dec, ids, inputs);
+    std::vector<WindowJob> jobs;
+    int64_t row = 0;
+    for (size_t i = 0; i < sessions.size(); ++i) {
+      RecGenState& r = sessions[i]->as<RecGenState>();
+      const int64_t n_open = static_cast<int64_t>(open_tokens[i].size());
+      for (int j = 0; j < static_cast<int>(r.group.size()); ++j) {
+        if (j < first_window[i]) {
+          r.group[j].cache.len = r.group[j].n_outputs = 0;  // finished inside the prompt
+          r.group[j].consumed = c1;
+          continue;
+        }
+        const bool open = j == first_window[i];
+        jobs.push_back(
+            {&r.group[j], r.plans[2].row(j), open ? inputs.slice(row, n_open) : Tensor{}});
+      }
+      row += n_open;
+    }
+    run_windows(model_, 1, jobs, ws_);
+  }
+
+  // The RecGen state after a prompt consumed teacher-forced into `st`.
+  void build_from(Session& s, HierGenState& st) {
+    const ModelConfig& c = model_.config();
+    RecGenState& r = s.as<RecGenState>();
+    const int L = c.num_levels();
+    const int64_t pos = st.pos;
+    r.top = std::move(st.level(L).encoder);  // the lower levels' caches die with `st`
+    r.top_last = std::move(st.top_last);
+    r.has_top = st.has_top;
+    Session* self = &s;
+    for (int l = L; l >= 2; --l) {
+      const Tensor cond = l == L ? (r.has_top ? r.top_last.tensor() : model_.weights().start)
+                                 : r.plans[l + 1].row(child_index(c, l, pos));
+      const Tensor children = st.level(l).pending.slice(0, st.level(l).n_pending);
+      compute_plans(l, {&self, 1}, {&cond, 1}, {&children, 1});
+    }
+    r.group_start = pos / c.block_tokens(2) * c.block_tokens(2);
+    const int c1 = c.level(1).chunk_len;
+    const int first = static_cast<int>((pos - r.group_start) / c1);
+    const std::vector<int32_t> open(s.history.end() - pos % c1, s.history.end());
+    open_groups({&self, 1}, {&first, 1}, {&open, 1});
+  }
+
+  // Moves each session to its next level-2 unit: steps the top encoder where a top unit completes,
+  // computes the new plans top-down and opens the new group's windows.
+  void advance_groups(std::span<Session* const> sessions) {
+    const ModelConfig& c = model_.config();
+    const int L = c.num_levels();
+    std::vector<EncodeJob> encodes;
+    for (Session* s : sessions) {
+      RecGenState& r = s->as<RecGenState>();
+      if (group_end(r) % c.block_tokens(L) == 0) {
+        encodes.push_back({&r.top, r.plans[L], 1, r.top_last});
+        r.has_top = true;
+      }
+    }
+    encode_units(model_, L, encodes, ws_);
+    for (int l = L; l >= 2; --l) {
+      std::vector<Session*> opening;
+      std::vector<Tensor> conds, none;
+      for (Session* s : sessions) {
+        RecGenState& r = s->as<RecGenState>();
+        const int64_t pos = group_end(r);
+        if (pos % c.block_tokens(l) != 0) continue;
+        opening.push_back(s);
+        conds.push_back(l == L ? r.top_last.tensor() : r.plans[l + 1].row(child_index(c, l, pos)));
+        none.emplace_back();
+      }
+      compute_plans(l, opening, conds, none);
+    }
+    for (Session* s : sessions) {
+      RecGenState& r = s->as<RecGenState>();
+      r.group_start = group_end(r);
+    }
+    const std::vector<int> first(sessions.size(), 0);
+    const std::vector<std::vector<int32_t>> open(sessions.size());
+    open_groups(sessions, first, open);
+  }
+
+  std::vector<std::vector<Window>> plan_windows_;  // by level
+};
+
+}  // namespace
+
+std::unique_ptr<Runner> make_recgen_runner(const Model& model) {
+  return std::make_unique<RecGenRunner>(model);
+}
+
+}  // namespace photon

@@ -1,0 +1,78 @@
+// The model logic of one generation mode (HierGen, RecGen, vanilla) over a span of sessions: each
+// call batches the work of all the sessions it is given, so that every weight matrix is applied
+// once to the rows of all of them. A runner owns its scratch memory; the state it works on lives
+// in each session (engine/session.h). Each session holds a runner of its mode, and a batch of
+// sessions of one mode is driven by the first one's runner.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/tensor.h"
+#include "engine/workspace.h"
+
+namespace photon {
+
+class Model;
+struct Session;
+class StateWriter;
+class StateReader;
+
+enum class Mode { HierGen, RecGen, Vanilla };
+
+// A position whose next-token distribution is ready: logits = hidden . lm_head^T.
+struct Lane {
+  int64_t position;
+  Tensor hidden;  // [1, D_t] (or [1, D] for vanilla)
+};
+
+struct KvBytes {
+  uint64_t encoder = 0;
+  uint64_t window = 0;
+};
+
+class Runner {
+ public:
+  explicit Runner(const Model& model);
+  virtual ~Runner() = default;
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
+
+  // The scratch memory of this runner's calls (the decoding loop borrows it for the LM head).
+  Workspace& workspace() { return ws_; }
+
+  // Gives the session a fresh state for its context length.
+  virtual void init(Session& s) = 0;
+  // Consumes tokens after the history, in parallel, in slices of kPrefillSlice tokens between which
+  // a cancellation request is honoured (Error PHOTON_ERR_CANCELLED): HierGen and vanilla then keep
+  // the slices consumed so far, RecGen keeps its state from before the call.
+  virtual void prefill(Session& s, std::span<const int32_t> tokens) = 0;
+  static constexpr size_t kPrefillSlice = 512;
+  // Brings the caches up to date with the histories.
+  virtual void catch_up(std::span<Session* const> sessions) = 0;
+  // Every lane ready after catch_up, in position order, starting at the session's next position.
+  virtual void lanes(Session& s, std::vector<Lane>& out) = 0;
+  // Feeds each session the tokens sampled for the first lanes of its last lanes() call, in order.
+  // Tokens beyond the history are speculative until committed.
+  virtual void feed(std::span<Session* const> sessions,
+                    std::span<const std::vector<int32_t>> tokens) = 0;
+  // Drops whatever was fed beyond the history.
+  virtual void rollback(Session& s) = 0;
+  // Bytes of KV cache in use at level l (1-based; vanilla has one level).
+  virtual KvBytes kv_bytes(const Session& s, int level) const = 0;
+  // The mode's part of a saved state (the session holds no tokens beyond its history).
+  virtual void save(const Session& s, StateWriter& out) const = 0;
+  // Restores it into a session made by init() whose history is already set; validates everything.
+  virtual void restore(Session& s, const StateReader& in) = 0;
+
+ protected:
+  const Model& model_;
+  Workspace ws_;
+};
+
+// The runner of `mode` for a model (which outlives it).
+std::unique_ptr<Runner> make_runner(Mode mode, const Model& model);
+
+}  // namespace photon

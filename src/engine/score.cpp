@@ -1,0 +1,117 @@
+#include "engine/score.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/levels.h"
+#include "engine/weights.h"
+
+namespace photon {
+
+namespace {
+
+void score_vanilla(const Model& model, std::span<const int32_t> tokens, float* out, Workspace& ws) {
+  const ModelConfig& c = model.config();
+  const Weights& w = model.weights();
+  Backend& b = model.backend();
+  const int t = static_cast<int>(tokens.size());
+  const Tensor x = ws.get(Slot::Embedded, t, c.dim);
+  b.embed(w.tok_emb, tokens, x);
+  KvCache cache;
+  cache.allocate(b, c.stack.layers, t, c.stack.kv_dim());
+  const StackSegment segment{&cache, t};
+  stack_forward(w.stack, c.norm_eps, c.rope_theta, x, {&segment, 1}, ws);
+  // Row i predicts token i + 1 (spec section 4).
+  token_logprobs(model, x.slice(0, t - 1), tokens.subspan(1), out + 1, ws);
+}
+
+void score_photon(const Model& model, std::span<const int32_t> tokens, float* out, Workspace& ws) {
+  const ModelConfig& c = model.config();
+  const Weights& w = model.weights();
+  Backend& b = model.backend();
+  const int L = c.num_levels();
+  const int64_t t = static_cast<int64_t>(tokens.size());
+  // Encoder, bottom-up over complete units (spec 3.2): X[l] holds M[l] rows of D_l.
+  std::vector<Matrix> X(L + 1);
+  std::vector<int64_t> M(L + 1), N(L + 1);
+  X[0] = new_matrix(b, t, c.embed_dim, "scoring latents");
+  b.embed(w.tok_emb_enc, tokens, X[0]);
+  M[0] = N[0] = t;
+  for (int l = 1; l <= L; ++l) {
+    M[l] = M[l - 1] / c.level(l).chunk_len;
+    N[l] = (t + c.block_tokens(l) - 1) / c.block_tokens(l);  // units holding at least one token
+    X[l] = new_matrix(b, M[l], c.latent_dim(l), "scoring latents");
+    if (M[l] == 0) continue;
+    KvCache cache;
+    cache.allocate(b, c.level(l).encoder.layers, static_cast<int>(M[l]),
+                   c.level(l).encoder.kv_dim());
+    const EncodeJob job{&cache, X[l - 1].slice(0, M[l] * c.level(l).chunk_len),
+                        static_cast<int>(M[l]), X[l]};
+    encode_units(model, l, {&job, 1}, ws);
+  }
+  // Decoder, top-down (spec 3.3): cond row u conditions level-l unit u; the windows of level l
+  // yield the conditioners of level l - 1 (and at level 1 the hidden state that predicts each
+  // token).
+  Matrix cond = new_matrix(b, N[L], c.latent_dim(L), "scoring conditioners");
+  std::vector<RowCopy> copies{{cond.row(0), w.start}};
+  if (N[L] > 1) copies.push_back({cond.slice(1, N[L] - 1), X[L].slice(0, N[L] - 1)});
+  b.copy_rows(copies);
+  for (int l = L; l >= 1; --l) {
+    const int cl = c.level(l).chunk_len, e = c.decoder_dim(l);
+    Matrix below = new_matrix(b, N[l - 1], e, "scoring conditioners");
+    constexpr int64_t kWindowsPerPass = 256;  // bounds scratch memory for long sequences
+    for (int64_t u0 = 0; u0 < N[l]; u0 += kWindowsPerPass) {
+      const int64_t count = std::min(kWindowsPerPass, N[l] - u0);
+      // Inputs y of the pass's windows: every child but the last of each unit.
+      int64_t n_inputs = 0;
+      for (int64_t u = u0; u < u0 + count; ++u)
+        n_inputs += std::min<int64_t>(cl, N[l - 1] - u * cl) - 1;
+      const Tensor inputs = ws.get(Slot::Embedded, n_inputs, e);
+      std::vector<Window> windows(count);
+      std::vector<WindowJob> jobs;
+      std::vector<int32_t> ids;
+      copies.clear();
+      int64_t row = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t u = u0 + i, first = u * cl;
+        const int children = static_cast<int>(std::min<int64_t>(cl, N[l - 1] - first));
+        const Tensor in = inputs.slice(row, children - 1);
+        if (l == 1)
+          ids.insert(ids.end(), tokens.begin() + first, tokens.begin() + first + children - 1);
+        else
+          copies.push_back({in, X[l - 1].slice(first, children - 1)});
+        allocate_window(model, l, &windows[i]);
+        jobs.push_back({&windows[i], cond.row(u), in});
+        row += children - 1;
+      }
+      if (l == 1)
+        b.embed(w.tok_emb_dec, ids, inputs);
+      else
+        b.copy_rows(copies);
+      run_windows(model, l, jobs, ws);
+      copies.clear();
+      for (int64_t i = 0; i < count; ++i)
+        copies.push_back({below.slice((u0 + i) * cl, windows[i].n_outputs),
+                          windows[i].outputs.slice(0, windows[i].n_outputs)});
+      b.copy_rows(copies);
+    }
+    cond = std::move(below);
+  }
+  // cond now holds, for each token i, the hidden state of the window output that predicts it.
+  token_logprobs(model, cond.slice(1, t - 1), tokens.subspan(1), out + 1, ws);
+}
+
+}  // namespace
+
+void score_tokens(const Model& model, std::span<const int32_t> tokens, float* out) {
+  out[0] = NAN;
+  if (tokens.size() < 2) return;
+  Workspace ws(model.backend());
+  if (model.config().arch == Arch::Vanilla)
+    score_vanilla(model, tokens, out, ws);
+  else
+    score_photon(model, tokens, out, ws);
+}
+
+}  // namespace photon

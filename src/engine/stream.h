@@ -1,0 +1,52 @@
+// What a session delivers, and the rules of delivery: tokens are delivered strictly in position
+// order; tokens sampled ahead of delivery (RecGen's sibling windows) wait here; a token the pull
+// API could not hand over (the caller's buffer was too small) is held until it is taken; and a
+// session whose caches a failed step may have left half-updated is unusable from then on.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/error.h"
+#include "photon.h"
+#include "tokenizer/tokenizer.h"
+
+namespace photon {
+
+struct Stream {
+  struct Sampled {
+    int32_t token;
+    float logprob;
+  };
+  struct Held {
+    int32_t token;
+    float logprob;
+    std::string piece;
+  };
+
+  std::map<int64_t, Sampled> ahead;  // sampled at these positions, not delivered yet
+  Utf8Stream utf8;
+  std::string recent;  // the tail of the delivered text, for stop strings
+  std::optional<Held> held;
+  photon_stop_reason stop_reason = PHOTON_STOP_NONE;
+  photon_status broken = PHOTON_OK;
+
+  // Throws the status of the failure that left the session unusable.
+  void require_usable(std::string_view who) const {
+    if (broken != PHOTON_OK)
+      fail(broken, std::string(who) + ": an earlier call failed inside this session (" +
+                       photon_status_name(broken) + ") and left it unusable; free it");
+  }
+  // A held token must be taken before anything else happens to the stream.
+  void require_nothing_held(std::string_view who) const {
+    if (held)
+      fail(PHOTON_ERR_INVALID_ARGUMENT,
+           std::string(who) +
+               ": a token from photon_session_next_token did not fit its buffer; fetch it first");
+  }
+};
+
+}  // namespace photon

@@ -1,0 +1,97 @@
+#include "engine/vanilla.h"
+
+#include <algorithm>
+
+#include "engine/session.h"
+#include "engine/session_state.h"
+#include "engine/stack.h"
+#include "engine/weights.h"
+
+namespace photon {
+
+namespace {
+
+class VanillaRunner final : public Runner {
+ public:
+  using Runner::Runner;
+
+  void init(Session& s) override {
+    const ModelConfig& c = model_.config();
+    VanillaState& st = s.state.emplace<VanillaState>();
+    st.cache.allocate(model_.backend(), c.stack.layers, s.context, c.stack.kv_dim());
+    st.hidden = zero_matrix(model_.backend(), 1, c.dim, "last hidden state");
+  }
+
+  void prefill(Session& s, std::span<const int32_t> tokens) override {
+    Session* self = &s;
+    for (size_t at = 0; at < tokens.size(); at += kPrefillSlice) {
+      s.check_cancel();
+      const auto slice = tokens.subspan(at, std::min(kPrefillSlice, tokens.size() - at));
+      s.history.insert(s.history.end(), slice.begin(), slice.end());
+      catch_up({&self, 1});
+    }
+  }
+
+  void catch_up(std::span<Session* const> sessions) override {
+    // Every session's unconsumed tokens continue its own cache: one stack pass for all of them.
+    const ModelConfig& c = model_.config();
+    Backend& b = model_.backend();
+    std::vector<StackSegment> segments;
+    std::vector<VanillaState*> lagging;
+    std::vector<int32_t> tokens;
+    for (Session* s : sessions) {
+      VanillaState& st = s->as<VanillaState>();
+      const int lag = static_cast<int>(s->history.size()) - st.cache.len;
+      if (lag <= 0) continue;
+      tokens.insert(tokens.end(), s->history.end() - lag, s->history.end());
+      segments.push_back({&st.cache, lag});
+      lagging.push_back(&st);
+    }
+    if (tokens.empty()) return;
+    const Tensor x = ws_.get(Slot::Embedded, static_cast<int64_t>(tokens.size()), c.dim);
+    b.embed(model_.weights().tok_emb, tokens, x);
+    stack_forward(model_.weights().stack, c.norm_eps, c.rope_theta, x, segments, ws_);
+    std::vector<RowCopy> copies;
+    int64_t row = 0;
+    for (size_t i = 0; i < lagging.size(); ++i) {
+      row += segments[i].rows;
+      copies.push_back({lagging[i]->hidden, x.row(row - 1)});
+    }
+    b.copy_rows(copies);
+  }
+
+  void lanes(Session& s, std::vector<Lane>& out) override {
+    out.assign(1, {static_cast<int64_t>(s.history.size()), s.as<VanillaState>().hidden});
+  }
+
+  // Sampled tokens are consumed by the next catch_up, once delivered.
+  void feed(std::span<Session* const>, std::span<const std::vector<int32_t>>) override {}
+  void rollback(Session&) override {}
+
+  KvBytes kv_bytes(const Session& s, int) const override {
+    return {s.as<VanillaState>().cache.bytes_in_use(), 0};
+  }
+
+  void save(const Session& s, StateWriter& out) const override {
+    const VanillaState& st = s.as<VanillaState>();
+    out.expect_bytes(st.cache.bytes_in_use());
+    out.kind = fb::SessionKind::Vanilla;
+    out.kv_cache = out.cache(st.cache);
+    out.hidden = out.floats(st.hidden);
+    out.consumed = st.cache.len;
+  }
+
+  void restore(Session& s, const StateReader& in) override {
+    VanillaState& st = s.as<VanillaState>();
+    in.cache(in.state().cache(), st.cache, in.state().consumed(), "the KV cache");
+    in.floats(in.state().hidden(), st.hidden, "the last hidden state has the wrong size");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Runner> make_vanilla_runner(const Model& model) {
+  return std::make_unique<VanillaRunner>(model);
+}
+
+}  // namespace photon
