@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -53,6 +54,10 @@ std::string read_file(const std::string& path, const std::string& what) {
   if (path == "-") {
     return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
+  // A directory opens as a stream that reads nothing: it would pass for an empty file.
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error))
+    throw RuntimeFailure("cannot read " + what + " '" + path + "': it is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw RuntimeFailure("cannot read " + what + " '" + path + "': " + std::strerror(errno));
   std::ostringstream content;

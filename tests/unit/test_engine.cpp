@@ -161,6 +161,28 @@ TEST_P(EngineTest, BudgetCallbackAndContextStops) {
   photon_session_free(s);
 }
 
+// Messages of the one-session calls speak of "the session"; a batch's name the session's index.
+TEST_P(EngineTest, EmptySessionMessagesNameTheSession) {
+  photon_session* empty = session(PHOTON_MODE_AUTO, 0.0f, 1);
+  photon_session* ready = session(PHOTON_MODE_AUTO, 0.0f, 1);
+  ASSERT_EQ(photon_session_prefill(ready, sequence_.data(), 3), PHOTON_OK);
+  const std::string advice = " holds no tokens; prefill at least BOS first";
+  EXPECT_EQ(photon_session_generate(empty, 1, nullptr, nullptr, nullptr),
+            PHOTON_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(photon_last_error(), "photon_session_generate: the session" + advice);
+  int32_t token = 0;
+  size_t length = 0;
+  EXPECT_EQ(photon_session_next_token(empty, &token, nullptr, 0, &length, nullptr),
+            PHOTON_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(photon_last_error(), "photon_session_next_token: the session" + advice);
+  photon_session* batch[] = {ready, empty};
+  EXPECT_EQ(photon_session_generate_batch(batch, 2, 1, nullptr, nullptr, nullptr),
+            PHOTON_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(photon_last_error(), "photon_session_generate_batch: session 1" + advice);
+  photon_session_free(ready);
+  photon_session_free(empty);
+}
+
 std::string ModelName(const ::testing::TestParamInfo<int>& param) {
   const char* const kNames[] = {"vanilla", "L1", "L2", "L3"};
   return kNames[param.param];
