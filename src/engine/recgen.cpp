@@ -74,6 +74,12 @@ class RecGenRunner final : public Runner {
     const int c1 = c.level(1).chunk_len;
     RecGenState& r = s.as<RecGenState>();
     Session* self = &s;
+    struct Feed {
+      int window;
+      int64_t first, count;  // the window's inputs: rows of the embedded ids
+      bool completes;        // the chunk holds the unit's last token
+    };
+    std::vector<Feed> feeds;
     std::vector<int32_t> ids;
     std::vector<WindowJob> jobs;
     std::vector<RowCopy> rows;
@@ -84,23 +90,25 @@ class RecGenRunner final : public Runner {
       const int64_t n =
           std::min<int64_t>(static_cast<int64_t>(tokens.size() - at), group_end(r) - next);
       const std::span<const int32_t> chunk = tokens.subspan(at, n);
-      // Every token but a unit's last is the input of its window's next position.
+      // Each level-1 unit the chunk reaches feeds its window all of its tokens but the unit's last
+      // one, which needs no output after it.
+      feeds.clear();
       ids.clear();
-      for (int64_t i = 0; i < n; ++i)
-        if ((next + i - r.group_start) % c1 + 1 < c1) ids.push_back(chunk[i]);
+      for (int64_t i = 0; i < n;) {
+        const int64_t offset = next + i - r.group_start;
+        const int64_t in_unit = std::min<int64_t>(n - i, c1 - offset % c1);
+        const bool completes = offset % c1 + in_unit == c1;
+        const int64_t fed = in_unit - (completes ? 1 : 0);
+        feeds.push_back(
+            {static_cast<int>(offset / c1), static_cast<int64_t>(ids.size()), fed, completes});
+        ids.insert(ids.end(), chunk.begin() + i, chunk.begin() + i + fed);
+        i += in_unit;
+      }
       const Tensor inputs = ws_.get(Slot::Embedded, static_cast<int64_t>(ids.size()), c.token_dim);
       model_.backend().embed(model_.weights().tok_emb_dec, ids, inputs);
       jobs.clear();
-      int64_t row = 0;
-      for (int64_t i = 0; i < n;) {
-        const int j = static_cast<int>((next + i - r.group_start) / c1);
-        const int64_t unit_end = r.group_start + static_cast<int64_t>(j + 1) * c1;
-        const int64_t in_unit = std::min<int64_t>(n - i, unit_end - (next + i));
-        const int64_t fed = next + i + in_unit == unit_end ? in_unit - 1 : in_unit;
-        if (fed > 0) jobs.push_back({&r.group[j], {}, inputs.slice(row, fed)});
-        row += fed;
-        i += in_unit;
-      }
+      for (const Feed& f : feeds)
+        if (f.count > 0) jobs.push_back({&r.group[f.window], {}, inputs.slice(f.first, f.count)});
       run_windows(model_, 1, jobs, ws_);
       if (logprobs) {
         // The token at offset k of its unit is predicted by its window's output k.
@@ -113,9 +121,8 @@ class RecGenRunner final : public Runner {
         model_.backend().copy_rows(rows);
         token_logprobs(model_, hidden, chunk, logprobs + at, ws_);
       }
-      for (int64_t i = 0; i < n; ++i)
-        if ((next + i - r.group_start) % c1 + 1 == c1)
-          r.group[(next + i - r.group_start) / c1].consumed = c1;
+      for (const Feed& f : feeds)
+        if (f.completes) r.group[f.window].consumed = c1;
       s.history.insert(s.history.end(), chunk.begin(), chunk.end());
       r.generated = true;
       at += n;
