@@ -7,7 +7,8 @@ writes config.json + weights.npz, converts them with `photon convert`, and compa
 ids exactly and log probabilities within 1e-4. Short models check every RecGen prompt length up to
 2 B_L + 1; long models use sequences that cross every batching limit of the engine with margin
 (engine_limits.py): the score of a sequence spanning several passes of top-level windows, and
-generation after prompts spanning several prefill slices.
+generation after prompts spanning several prefill slices. Short models also generate under a
+repetition penalty, against the penalty written out from its definition in photon.h.
 
     /usr/bin/python3 tests/reference/compare_engine.py --photon build/bin/photon --work-dir /tmp/w
 """
@@ -25,7 +26,8 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from engine_limits import long_lengths, meta_tokens  # noqa: E402
-from photon_ref import generate_hiergen, generate_recgen, load_model, score  # noqa: E402
+from photon_ref import (generate_hiergen, generate_recgen, greedy, load_model,  # noqa: E402
+                        recgen_next_logits, score)
 from photon_ref.random_weights import write_random_model  # noqa: E402
 
 TOLERANCE = 1e-4
@@ -125,6 +127,48 @@ def check_generation(photon, model_path, model, what, mode, prompt, n):
     compare_logprobs(what, got["logprobs"], expected["logprobs"])
 
 
+def penalized_greedy(model, mode, prompt, n, penalty, last_n):
+    """Greedy decoding under a CTRL repetition penalty, written out here from the API's definition
+    (photon.h): each distinct token among the last last_n of the history has its logit divided by
+    the penalty if positive, multiplied if not; the reported log probability is that of the
+    model's unmodified distribution."""
+    tokens, out, logprobs, margins = list(prompt), [], [], []
+    X = model.encode(prompt) if mode == "recgen" else None
+    with torch.no_grad():
+        for _ in range(n):
+            raw = (recgen_next_logits(model, tokens, len(prompt), X) if mode == "recgen"
+                   else model.next_logits(tokens))
+            logits = raw.clone()
+            for t in set(tokens[-last_n:]):
+                logits[t] = logits[t] / penalty if logits[t] > 0 else logits[t] * penalty
+            token, _, margin = greedy(logits)
+            tokens.append(token)
+            out.append(token)
+            logprobs.append(float(torch.log_softmax(raw, dim=-1)[token]))
+            margins.append(margin)
+    return {"tokens": out, "logprobs": logprobs, "margins": margins}
+
+
+def check_penalized(photon, model_path, model, name, mode, prompt):
+    """A strong penalty over a short window changes the greedy path; the engine must follow the
+    reference's, reporting the unpenalized log probabilities."""
+    penalty, last_n = 3.0, 8
+    what = f"{name} {mode} with repetition penalty (prompt length {len(prompt)})"
+    expected = penalized_greedy(model, mode, prompt, GENERATE, penalty, last_n)
+    if min(expected["margins"]) <= MIN_MARGIN:
+        raise Mismatch(f"{what}: the reference's greedy path nears a tie; choose another prompt")
+    plain = (generate_recgen if mode == "recgen" else generate_hiergen)(model, prompt, GENERATE)
+    if plain["tokens"] == expected["tokens"]:
+        raise Mismatch(f"{what}: the penalty does not change the greedy path; make it stronger")
+    stdout = run([photon, "generate", "-m", model_path, "--tokens", ",".join(map(str, prompt)),
+                  "-n", str(GENERATE), "--mode", mode, "--ignore-eos", "--json",
+                  "--repeat-penalty", str(penalty), "--repeat-last-n", str(last_n)])
+    got = json.loads(stdout.strip().splitlines()[-1])
+    if got["tokens"] != expected["tokens"]:
+        raise Mismatch(f"{what}: engine {got['tokens']}, reference {expected['tokens']}")
+    compare_logprobs(what, got["logprobs"], expected["logprobs"])
+
+
 def check_model(photon, work_dir, name, seed, plan, config_json):
     directory = os.path.join(work_dir, name)
     config_path, weights_path = write_random_model(directory, config_json, seed)
@@ -178,6 +222,10 @@ def check_model(photon, work_dir, name, seed, plan, config_json):
     for mode, prompt in checks:
         check_generation(photon, model_path, model,
                          f"{name} {mode} (prompt length {len(prompt)})", mode, prompt, n_gen)
+    if plan == "short":
+        for mode in sorted({mode for mode, _ in checks}):
+            check_penalized(photon, model_path, model, name, mode, hier_prompts[-1])
+            checks.append((mode + " penalized", hier_prompts[-1]))
     print(f"{name}: score of {len(tokens)} tokens and {len(checks)} generations agree")
 
 
