@@ -46,7 +46,8 @@ def level(chunk_len, chunker, dim, prefix_len, encoder, decoder):
             "encoder": encoder, "decoder": decoder}
 
 
-def photon(levels, embed_dim=4, token_dim=8, vocab=SMALL_VOCAB, max_seq_len=8192, theta=10000.0):
+def photon_config(levels, embed_dim=4, token_dim=8, vocab=SMALL_VOCAB, max_seq_len=8192,
+                  theta=10000.0):
     return {"arch": "photon", "vocab_size": vocab, "embed_dim": embed_dim, "token_dim": token_dim,
             "max_seq_len": max_seq_len, "norm_eps": 1e-5, "rope_theta": theta, "levels": levels}
 
@@ -59,26 +60,26 @@ def vanilla(dim, layers, heads, kv_heads, head_dim, ffn_dim, vocab, max_seq_len,
 
 # name -> (seed, "short" or "long", config).
 MODELS = {
-    "live_photon_l2": (9001, "short", photon([
+    "live_photon_l2": (9001, "short", photon_config([
         level(4, "concat", 32, 2, stack(1, 4, 2, 8, 48), stack(2, 6, 3, 4, 40)),
         level(2, "linear", 40, 1, stack(2, 2, 1, 16, 64), stack(1, 4, 4, 8, 48))],
         embed_dim=8, token_dim=24, vocab=512, max_seq_len=256, theta=500.0)),
     "live_vanilla": (9002, "short", vanilla(32, 3, 8, 2, 6, 72, 512, 256, 1e-6, 10000.0)),
-    "live_photon_l3": (9003, "short", photon([
+    "live_photon_l3": (9003, "short", photon_config([
         level(2, "linear", 8, 2, stack(1, 2, 1, 4, 16), stack(1, 2, 2, 4, 16)),
         level(2, "concat", 16, 1, stack(1, 2, 2, 4, 16), stack(2, 2, 1, 4, 16)),
         level(3, "linear", 12, 2, stack(1, 2, 1, 4, 16), stack(1, 2, 2, 4, 16))],
         max_seq_len=256)),
     # Chunk lengths 2 keep the sequences that cross a pass of top-level windows short.
     "live_long_vanilla": (9011, "long", vanilla(8, 2, 2, 2, 4, 16, SMALL_VOCAB, 2048, 1e-5, 1e4)),
-    "live_long_block": (9012, "long", photon([
+    "live_long_block": (9012, "long", photon_config([
         level(2, "linear", 8, 1, stack(2, 2, 1, 4, 16), stack(1, 2, 2, 4, 16))],
         max_seq_len=2048)),
-    "live_long_photon_l2": (9013, "long", photon([
+    "live_long_photon_l2": (9013, "long", photon_config([
         level(2, "concat", 8, 2, stack(1, 2, 2, 4, 16), stack(1, 2, 1, 4, 16)),
         level(2, "linear", 12, 1, stack(1, 2, 1, 4, 16), stack(1, 2, 2, 4, 16))],
         max_seq_len=4096)),
-    "live_long_photon_l3": (9014, "long", photon([
+    "live_long_photon_l3": (9014, "long", photon_config([
         level(2, "linear", 8, 2, stack(1, 2, 1, 4, 16), stack(1, 2, 2, 4, 16)),
         level(2, "concat", 16, 1, stack(1, 2, 2, 4, 16), stack(1, 2, 1, 4, 16)),
         level(2, "linear", 8, 2, stack(1, 2, 1, 4, 16), stack(1, 2, 2, 4, 16))])),
