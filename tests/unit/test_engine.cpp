@@ -91,6 +91,30 @@ TEST_P(EngineTest, HierGenEqualsTeacherForcingAtEveryPromptLength) {
   }
 }
 
+// A repetition penalty changes which token is chosen, not the distribution reported: each
+// logprob is the model's own, i.e. HierGen's teacher-forced score of the sequence it produced.
+TEST_P(EngineTest, PenalizedLogprobsAreTheModelsOwn) {
+  photon_session_options* o = nullptr;
+  ASSERT_EQ(photon_session_options_create(&o), PHOTON_OK);
+  photon_session_options_set_mode(o, PHOTON_MODE_HIERGEN);
+  photon_session_options_set_ignore_eos(o, 1);
+  ASSERT_EQ(photon_session_options_set_repetition_penalty(o, 3.0f, 8), PHOTON_OK);
+  photon_session* s = nullptr;
+  ASSERT_EQ(photon_session_create(model_, o, &s), PHOTON_OK) << photon_last_error();
+  photon_session_options_free(o);
+  const int p = meta_ + 1, n_gen = 2 * meta_ + 3;
+  ASSERT_EQ(photon_session_prefill(s, sequence_.data(), p), PHOTON_OK);
+  Generated g;
+  ASSERT_EQ(photon_session_generate(s, n_gen, collect, &g, nullptr), PHOTON_OK)
+      << photon_last_error();
+  ASSERT_EQ(static_cast<int>(g.tokens.size()), n_gen);
+  std::vector<int32_t> all(sequence_.begin(), sequence_.begin() + p);
+  all.insert(all.end(), g.tokens.begin(), g.tokens.end());
+  const std::vector<float> tf = score(all);
+  for (int i = 0; i < n_gen; ++i) EXPECT_NEAR(g.logprobs[i], tf[p + i], 1e-4) << "step " << i;
+  photon_session_free(s);
+}
+
 TEST_P(EngineTest, RecGenParallelEqualsSequential) {
   if (GetParam() < 2) GTEST_SKIP() << "RecGen needs L >= 2";
   for (int p : {1, meta_ - 1, meta_, meta_ + 2}) {
