@@ -334,24 +334,47 @@ PHOTON_API photon_status photon_session_options_set_mode(photon_session_options 
  * costs address space, not resident memory. */
 PHOTON_API photon_status photon_session_options_set_context_length(photon_session_options *options,
                                                                    int32_t context_length);
-/* Seed of the sampler's random generator. The same seed, model and tokens give the same output. */
+/* Sampling. Each token is chosen from the model's logits l (one per vocabulary id) in this order:
+ *   1. Repetition penalty r (if r != 1 and last_n > 0): each distinct id among the last last_n
+ *      tokens of the history (prompt included) gets l / r if l > 0, else l * r.
+ *   2. Temperature 0 (greedy): the token is the id with the largest logit after step 1, the
+ *      lowest id on ties; the steps below do not apply.
+ *   3. Top-k (if 0 < k < vocabulary size): only the k ids with the largest logits stay (the
+ *      lower id first on ties).
+ *   4. Softmax at temperature T over the ids left: p_i = exp(l_i / T) / sum_j exp(l_j / T).
+ *   5. Min-p and top-p, both over these p (that is, after the penalty, the temperature and
+ *      top-k, normalized over the ids top-k kept), with the ids ranked by p (the lower id first
+ *      on ties): min-p drops every id with p_i < min_p * max_j p_j; top-p keeps the shortest
+ *      prefix of the ranking whose p sum to at least top_p. An id stays if both keep it; the
+ *      most likely id always stays.
+ *   6. The token is drawn from the ids left, with probabilities p renormalized over them, by a
+ *      uniform random number that depends only on the seed and the token's position in the
+ *      history. So batched, restored and RecGen's chunk-parallel decoding draw exactly the tokens
+ *      one sequential session draws.
+ * The logprob delivered with each token is log softmax(l) of the unmodified logits: temperature
+ * 1, no penalty, no filter. */
+
+/* Seed of the sampler's random generator. The same seed, model, tokens and settings give the same
+ * output. */
 PHOTON_API photon_status photon_session_options_set_seed(photon_session_options *options,
                                                          uint64_t seed);
-/* Softmax temperature >= 0; 0 selects greedy decoding (argmax, lowest id on ties). */
+/* Softmax temperature T >= 0 (step 4 above); 0 selects greedy decoding (step 2). */
 PHOTON_API photon_status photon_session_options_set_temperature(photon_session_options *options,
                                                                 float temperature);
-/* Keep only the k most likely tokens before sampling; 0 disables. */
+/* Top-k (step 3): keep only the k ids with the largest logits; 0 disables. */
 PHOTON_API photon_status photon_session_options_set_top_k(photon_session_options *options,
                                                           int32_t top_k);
-/* Nucleus sampling: keep the smallest set of tokens whose probability reaches p, in (0, 1]. */
+/* Nucleus sampling (step 5): keep the most likely ids whose probabilities reach top_p, in (0, 1];
+ * 1 disables. */
 PHOTON_API photon_status photon_session_options_set_top_p(photon_session_options *options,
                                                           float top_p);
-/* Drop tokens whose probability is below min_p times the top token's, in [0, 1). */
+/* Min-p (step 5): drop ids whose probability is below min_p times the most likely id's, in [0, 1);
+ * 0 disables. */
 PHOTON_API photon_status photon_session_options_set_min_p(photon_session_options *options,
                                                           float min_p);
-/* CTRL-style repetition penalty >= 1 (1 disables) over the last last_n tokens of the history
- * (prompt included). With a penalty, RecGen decodes sibling windows one after another, since each
- * token then depends on the ones before it. */
+/* CTRL-style repetition penalty >= 1 (step 1; 1 disables) over the last last_n tokens of the
+ * history (prompt included). With a penalty, RecGen decodes sibling windows one after another,
+ * since each token then depends on the ones before it. */
 PHOTON_API photon_status photon_session_options_set_repetition_penalty(
     photon_session_options *options, float penalty, int32_t last_n);
 /* Non-zero: do not stop at the end-of-sequence token (it is sampled like any other). */

@@ -383,9 +383,10 @@ def group_convert():
         check(all(t["dtype"] == "f16" for t in half_info["file"]["tensors"]), "f16 stored")
         check_layout(half_info, half, 2)
         half_scores = score(half, tokens)
-        check(half_scores is not None and all(
-            abs(a - b) < 0.05 for a, b in zip(half_scores["logprobs"][1:],
-                                             original["logprobs"][1:])),
+        check(half_scores is not None and original is not None
+              and len(half_scores["logprobs"]) == len(original["logprobs"]) == len(tokens)
+              and all(abs(a - b) < 0.05 for a, b in zip(half_scores["logprobs"][1:],
+                                                        original["logprobs"][1:])),
               "the f16 model scores close to the f32 one")
 
     incomplete = dict(arrays)

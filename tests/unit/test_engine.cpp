@@ -128,9 +128,11 @@ TEST_P(EngineTest, RecGenParallelEqualsSequential) {
     for (int i = 0; i < 2 * meta_ + 3; ++i)
       ASSERT_EQ(photon_session_generate(steps, 1, collect, &b, nullptr), PHOTON_OK)
           << photon_last_error();
+    ASSERT_EQ(a.tokens.size(), static_cast<size_t>(2 * meta_ + 3)) << "prompt " << p;
     EXPECT_EQ(a.tokens, b.tokens) << "prompt " << p;
-    for (size_t i = 0; i < a.logprobs.size() && i < b.logprobs.size(); ++i)
-      EXPECT_NEAR(a.logprobs[i], b.logprobs[i], 1e-5);
+    ASSERT_EQ(b.logprobs.size(), a.logprobs.size()) << "prompt " << p;
+    for (size_t i = 0; i < a.logprobs.size(); ++i)
+      EXPECT_NEAR(a.logprobs[i], b.logprobs[i], 1e-5) << "prompt " << p << ", token " << i;
     photon_session_free(whole);
     photon_session_free(steps);
   }
