@@ -30,6 +30,31 @@ class TrainPhoton(Photon):
             X.append(enc(a))
         return X
 
+    def unit_counts(self, P):
+        """n[l]: the level-l units touched by positions 0 .. P-1 (n[0] = P)."""
+        n = [P]
+        for l in range(1, self.config.num_levels + 1):
+            n.append(-(-n[l - 1] // self.config.level(l).chunk_len))
+        return n
+
+    def windows_batch(self, l, z, y, children):
+        """The level-l windows of U units at once, teacher-forced: z [B, U, D_l] their conditioners,
+        y [B, n, E_l] the inputs of the first n children. Returns the outputs of the first
+        `children` children, [B, children, E_l]."""
+        dec = self.decoder(l)
+        batch, U, C = z.shape[0], z.shape[1], dec.chunk_len
+        y = y[:, :U * C]
+        # Missing inputs of a partial last unit are zero-filled; no kept output sees them.
+        y = torch.cat([y, y.new_zeros(batch, U * C - y.shape[1], y.shape[2])], dim=1)
+        y = y.reshape(batch, U, C, -1)[:, :, :C - 1]
+        out = dec.window_outputs(dec.prefix(z), y)  # [B, U, C, E_l]
+        return out.reshape(batch, U * C, -1)[:, :children]
+
+    def top_conditioners(self, X, U):
+        """z(L)_1 = start, z(L)_u = XL_{u-1}, for u = 1 .. U: [B, U, D_L]."""
+        start = self.decoder(self.config.num_levels).start.expand(X[0].shape[0], 1, -1)
+        return torch.cat([start, X[-1][:, :U - 1]], dim=1)
+
     def forward_batch(self, tokens, positions=None):
         """Teacher-forced pass over tokens [B, T] (photon_ref.Photon.forward, batched).
 
@@ -38,34 +63,92 @@ class TrainPhoton(Photon):
         every position that has a target; photon_ref uses T + 1, adding the next token's row).
         X and Xhat as in photon_ref, with a leading batch axis.
         """
+        L = self.config.num_levels
+        P = tokens.shape[1] if positions is None else positions
+        X = self.encode_batch(tokens)
+        n_units = self.unit_counts(P)
+        z = self.top_conditioners(X, n_units[L])
+        Xhat = [None] * L
+        for l in range(L, 1, -1):
+            Xhat[l - 1] = z = self.windows_batch(l, z, X[l - 1], n_units[l - 1])
+        out = self.windows_batch(1, z, self.tok_emb_dec[tokens], n_units[0])
+        return out @ self.lm_head.T, X, Xhat
+
+    def recgen_windows(self, l, z, X_below, in_prompt):
+        """The level-l windows (l >= 2) of U units under RecGen: z [B, U, D_l]; the input of child
+        c is its encoder state X_below[:, c - 1] where in_prompt[:, c - 1] (the child lies entirely
+        in the prompt), else the window's own output for c. Children run left to right, as each
+        input may be the previous output. Returns the outputs of all U C children, [B, U C, E_l]."""
+        dec = self.decoder(l)
+        batch, U, C = z.shape[0], z.shape[1], dec.chunk_len
+        prefix = dec.prefix(z)  # [B, U, R, E]
+        # Encoder states of the U C children (zero where the child is not complete, so not in the
+        # prompt either).
+        known = X_below[:, :U * C]
+        known = torch.cat([known, known.new_zeros(batch, U * C - known.shape[1],
+                                                  known.shape[2])], dim=1).reshape(batch, U, C, -1)
+        mask = in_prompt[:, :U * C].reshape(batch, U, C, 1)
+        ys, outs = [], []
+        for j in range(C):
+            y = torch.stack(ys, dim=2) if ys else prefix.new_zeros(batch, U, 0, prefix.shape[-1])
+            o = dec.window_outputs(prefix, y)[:, :, -1]  # output j + 1: sees y_1 .. y_j only
+            outs.append(o)
+            if j + 1 < C:
+                ys.append(torch.where(mask[:, :, j], known[:, :, j], o))
+        return torch.stack(outs, dim=2).reshape(batch, U * C, -1)
+
+    def recgen_batch(self, tokens, prompt_tokens, positions=None):
+        """RecGen pass (spec 5; photon_ref.recgen_logits, batched): sequence b's prompt is
+        tokens[b, :prompt_tokens[b]], every later token is consumed as RecGen consumes a generated
+        one. Returns (logits, first, Xhat): logits [B, P - first, V], row i being the distribution
+        of the token at position first + i, for positions up to P - 1 (P as in forward_batch);
+        `first` is the first position of the first level-1 unit not in every prompt (earlier rows
+        are teacher forcing's and are not computed); Xhat[l] the RecGen latents of the level-l
+        units, l = 1 .. L-1. Rows p <= prompt_tokens[b] equal teacher forcing."""
         cfg = self.config
         L = cfg.num_levels
         batch, T = tokens.shape
         P = T if positions is None else positions
-        X = self.encode_batch(tokens)
-        n_units = [P]  # level-l units touched by positions 0 .. P-1
-        for l in range(1, L + 1):
-            n_units.append(-(-n_units[l - 1] // cfg.level(l).chunk_len))
-        dec_top = self.decoder(L)
-        start = dec_top.start.expand(batch, 1, -1)
-        z = torch.cat([start, X[L][:, :n_units[L] - 1]], dim=1)  # z(L)_1 = start, z(L)_u = XL_{u-1}
+        X = self.encode_batch(tokens)  # only the states of units entirely in a prompt are read
+        n_units = self.unit_counts(P)
+        K = torch.as_tensor(prompt_tokens).reshape(-1, 1).expand(batch, 1)
+        K_min = int(K.min())
+
+        def in_prompt(l, count):  # [B, count]: level-l unit c (1-based) has c B_l <= K_b
+            c = torch.arange(1, count + 1)
+            return (c * cfg.block_tokens(l))[None, :] <= K
+
+        # Top units in every prompt are teacher-forced: their windows run at once, their encoder
+        # states are X(L). The others run one at a time: unit u's window gives its children's
+        # latents, whose chunker input steps the top encoder, whose state conditions unit u + 1.
+        enc, C, below = self.encoder(L), cfg.level(L).chunk_len, X[L - 1]
+        U = n_units[L]
+        shared = min(K_min // cfg.block_tokens(L), U)
+        z_shared = self.top_conditioners(X, shared + 1)
+        outs = [self.windows_batch(L, z_shared[:, :shared], below, shared * C)] if shared else []
+        a = enc.chunk(below[:, :shared * C].reshape(batch, shared, C * below.shape[2]))
+        z = z_shared[:, shared]
+        mask = in_prompt(L - 1, U * C)
+        for u in range(shared, U):
+            window_mask = mask[:, u * C:(u + 1) * C]
+            o = self.recgen_windows(L, z[:, None], below[:, u * C:(u + 1) * C], window_mask)
+            outs.append(o)
+            if u + 1 < U:  # then unit u lies before position P - 1, so it is complete
+                latents = torch.where(window_mask[:, :, None], below[:, u * C:(u + 1) * C], o)
+                a = torch.cat([a, enc.chunk(latents.reshape(batch, 1, -1))], dim=1)
+                z = enc(a)[:, -1]
         Xhat = [None] * L
-        for l in range(L, 0, -1):
-            dec = self.decoder(l)
-            C, U = dec.chunk_len, n_units[l]
-            y = self.tok_emb_dec[tokens] if l == 1 else X[l - 1]
-            y = y[:, :U * C]
-            # Missing inputs of a partial last unit are zero-filled; no kept output sees them.
-            y = torch.cat([y, y.new_zeros(batch, U * C - y.shape[1], y.shape[2])], dim=1)
-            y = y.reshape(batch, U, C, -1)[:, :, :C - 1]
-            out = dec.window_outputs(dec.prefix(z), y)  # [B, U, C, E_l]
-            out = out.reshape(batch, U * C, -1)[:, :n_units[l - 1]]
-            if l >= 2:
-                Xhat[l - 1] = out
-                z = out
-            else:
-                logits = out @ self.lm_head.T
-        return logits, X, Xhat
+        Xhat[L - 1] = z = torch.cat(outs, dim=1)[:, :n_units[L - 1]]
+        for l in range(L - 1, 1, -1):
+            out = self.recgen_windows(l, z, X[l - 1], in_prompt(l - 1, n_units[l] * cfg.level(
+                l).chunk_len))
+            Xhat[l - 1] = z = out[:, :n_units[l - 1]]
+        C1 = cfg.level(1).chunk_len
+        first_unit = min(K_min // C1, n_units[1] - 1)
+        first = first_unit * C1
+        out = self.windows_batch(1, z[:, first_unit:], self.tok_emb_dec[tokens[:, first:]],
+                                 P - first)
+        return out @ self.lm_head.T, first, Xhat
 
 
 def recursive_losses(model: TrainPhoton, X, Xhat, detach_target=False):
@@ -102,6 +185,22 @@ def losses(model, tokens, alpha, detach_target=False):
     token_loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
     loss = token_loss + alpha * sum(rec) if rec else token_loss
     return loss, token_loss, rec
+
+
+def recgen_token_loss(model: TrainPhoton, tokens, prompt_tokens, horizon=None):
+    """Mean NLL under RecGen (TrainPhoton.recgen_batch) of the tokens after each sequence's prompt:
+    positions p with prompt_tokens[b] <= p < prompt_tokens[b] + horizon (default: to the end) of
+    tokens [B, T]. The first of them only sees the prompt."""
+    K = torch.as_tensor(prompt_tokens).reshape(-1, 1).expand(tokens.shape[0], 1)
+    P = tokens.shape[1] if horizon is None else min(tokens.shape[1], int(K.max()) + horizon)
+    logits, first, _ = model.recgen_batch(tokens, K, positions=P)
+    first = max(first, 1)  # BOS's own row is not scored
+    logits = logits[:, logits.shape[1] - (P - first):]
+    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, first:P].reshape(-1),
+                          reduction="none").reshape(tokens.shape[0], -1)
+    positions = torch.arange(first, P)[None, :]
+    scored = (positions >= K) & (positions < K + (P if horizon is None else horizon))
+    return (nll * scored).sum() / scored.sum()
 
 
 def build_train_model(config: Config):

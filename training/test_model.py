@@ -10,9 +10,18 @@ from torch.nn import functional as F
 
 from photon_ref.model import Config, build_model
 from photon_ref.random_weights import random_weights
-from training.model import build_train_model, init_weights, losses
+from photon_ref.recgen import RecGenPlan, recgen_logits
+from training.model import build_train_model, init_weights, losses, recgen_token_loss
 
 STACK = {"layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 6, "ffn_dim": 20}
+PHOTON_L3 = {"arch": "photon", "vocab_size": 50, "embed_dim": 4, "token_dim": 12, "norm_eps": 1e-5,
+             "rope_theta": 10000.0, "max_seq_len": 64,
+             "levels": [{"chunk_len": 2, "chunker": "concat", "dim": 8, "prefix_len": 1,
+                         "encoder": STACK, "decoder": STACK},
+                        {"chunk_len": 3, "chunker": "linear", "dim": 10, "prefix_len": 2,
+                         "encoder": STACK, "decoder": STACK},
+                        {"chunk_len": 2, "chunker": "linear", "dim": 14, "prefix_len": 2,
+                         "encoder": STACK, "decoder": STACK}]}
 PHOTON_L2 = {"arch": "photon", "vocab_size": 50, "embed_dim": 4, "token_dim": 12, "norm_eps": 1e-5,
              "rope_theta": 10000.0, "max_seq_len": 64,
              "levels": [{"chunk_len": 4, "chunker": "concat", "dim": 16, "prefix_len": 2,
@@ -94,6 +103,55 @@ class TrainerMatchesReference(unittest.TestCase):
 
     def test_photon_two_levels_float64_is_exact(self):
         self.check_photon(PHOTON_L2, 23, torch.float64, 1e-10)
+
+    def check_recgen(self, config_json, length, prompts, dtype, tolerance):
+        reference, trainer = models(config_json, dtype)
+        tokens = token_batch(len(prompts), length, config_json["vocab_size"])
+        with torch.no_grad():
+            logits, first, Xhat = trainer.recgen_batch(tokens, torch.tensor(prompts),
+                                                       positions=length + 1)
+            self.assertEqual(first, min(prompts) // config_json["levels"][0]["chunk_len"]
+                             * config_json["levels"][0]["chunk_len"])
+            for b, sequence in enumerate(tokens):
+                K = prompts[b]
+                expected = recgen_logits(reference, sequence.tolist(), K)[first:]
+                torch.testing.assert_close(logits[b].double(), expected, rtol=0, atol=tolerance)
+                plan = RecGenPlan(reference, sequence.tolist()[:K])
+                for l in range(1, len(Xhat)):
+                    for c in range(1, Xhat[l].shape[1] + 1):
+                        torch.testing.assert_close(Xhat[l][b, c - 1].double(),
+                                                   plan.reconstruction(l, c), rtol=0,
+                                                   atol=tolerance)
+
+    def test_recgen_two_levels_float64_is_exact(self):
+        # B_2 = 12: prompts inside the first top unit, at its end, across and past the second.
+        self.check_recgen(PHOTON_L2, 29, [1, 4, 5, 12, 13, 23, 29, 40], torch.float64, 1e-10)
+
+    def test_recgen_three_levels_float64_is_exact(self):
+        self.check_recgen(PHOTON_L3, 27, [1, 2, 6, 7, 12, 13, 20], torch.float64, 1e-10)
+
+    def test_recgen_prompts_sharing_top_units(self):
+        # Top units inside every prompt take the teacher-forced path; later ones the recursion.
+        self.check_recgen(PHOTON_L2, 40, [12, 13, 24, 29, 40], torch.float64, 1e-10)
+        self.check_recgen(PHOTON_L3, 31, [25, 24, 30], torch.float64, 1e-10)
+
+    def test_recgen_loss_scores_the_tokens_after_each_prompt(self):
+        reference, trainer = models(PHOTON_L2, torch.float64)
+        tokens = token_batch(3, 30, PHOTON_L2["vocab_size"])
+        prompts = [5, 13, 27]
+        for horizon in (None, 7):
+            nll = []
+            for b, sequence in enumerate(tokens):
+                logprobs = torch.log_softmax(
+                    recgen_logits(reference, sequence.tolist(), prompts[b]), dim=-1)
+                end = 30 if horizon is None else min(30, prompts[b] + horizon)
+                nll += [-float(logprobs[p, sequence[p]]) for p in range(prompts[b], end)]
+            with torch.no_grad():
+                loss = recgen_token_loss(trainer, tokens, torch.tensor(prompts), horizon)
+            self.assertAlmostEqual(float(loss), sum(nll) / len(nll), places=10)
+
+    def test_recgen_two_levels_float32(self):
+        self.check_recgen(PHOTON_L2, 24, [1, 7, 12, 24], torch.float32, 1e-4)
 
     def test_block_float32(self):
         reference, trainer = models(BLOCK, torch.float32)
