@@ -97,22 +97,25 @@ class TrainPhoton(Photon):
                 ys.append(torch.where(mask[:, :, j], known[:, :, j], o))
         return torch.stack(outs, dim=2).reshape(batch, U * C, -1)
 
-    def recgen_batch(self, tokens, prompt_tokens, positions=None):
-        """RecGen pass (spec 5; photon_ref.recgen_logits, batched): sequence b's prompt is
+    def recgen_latents(self, tokens, prompt_tokens, positions=None, X=None):
+        """The latents of RecGen (spec 5; photon_ref.RecGenPlan, batched): sequence b's prompt is
         tokens[b, :prompt_tokens[b]], every later token is consumed as RecGen consumes a generated
-        one. Returns (logits, first, Xhat): logits [B, P - first, V], row i being the distribution
-        of the token at position first + i, for positions up to P - 1 (P as in forward_batch);
-        `first` is the first position of the first level-1 unit not in every prompt (earlier rows
-        are teacher forcing's and are not computed); Xhat[l] the RecGen latents of the level-l
-        units, l = 1 .. L-1. Rows p <= prompt_tokens[b] equal teacher forcing."""
+        one. Returns Xhat: Xhat[l] [B, n_l, D_l] the RecGen latents Xhat(l) of the level-l units
+        touched by positions 0 .. P-1 (P as in forward_batch), l = 1 .. L-1; Xhat[1] are the
+        level-1 windows' conditioners. They depend on the prompts alone. X: the encoder states of
+        `tokens` (encode_batch) if the caller has them, else the prompts are encoded here."""
         cfg = self.config
         L = cfg.num_levels
         batch, T = tokens.shape
         P = T if positions is None else positions
-        X = self.encode_batch(tokens)  # only the states of units entirely in a prompt are read
         n_units = self.unit_counts(P)
         K = torch.as_tensor(prompt_tokens).reshape(-1, 1).expand(batch, 1)
         K_min = int(K.min())
+        # Only the states of units entirely in a prompt are read; the others are zero-filled.
+        X = self.encode_batch(tokens[:, :int(K.max())]) if X is None else X
+        X = [x if x.shape[1] >= n else torch.cat([x, x.new_zeros(batch, n - x.shape[1],
+                                                               x.shape[2])], dim=1)
+             for x, n in zip(X, n_units)]
 
         def in_prompt(l, count):  # [B, count]: level-l unit c (1-based) has c B_l <= K_b
             c = torch.arange(1, count + 1)
@@ -143,10 +146,21 @@ class TrainPhoton(Photon):
             out = self.recgen_windows(l, z, X[l - 1], in_prompt(l - 1, n_units[l] * cfg.level(
                 l).chunk_len))
             Xhat[l - 1] = z = out[:, :n_units[l - 1]]
-        C1 = cfg.level(1).chunk_len
-        first_unit = min(K_min // C1, n_units[1] - 1)
+        return Xhat
+
+    def recgen_batch(self, tokens, prompt_tokens, positions=None):
+        """RecGen pass (photon_ref.recgen_logits, batched; prompts as in recgen_latents). Returns
+        (logits, first, Xhat): logits [B, P - first, V], row i being the distribution of the token
+        at position first + i, for positions up to P - 1; `first` is the first position of the
+        first level-1 unit not in every prompt (earlier rows are teacher forcing's and are not
+        computed); Xhat as recgen_latents returns it. Rows p <= prompt_tokens[b] equal teacher
+        forcing."""
+        P = tokens.shape[1] if positions is None else positions
+        Xhat = self.recgen_latents(tokens, prompt_tokens, P)
+        C1 = self.config.level(1).chunk_len
+        first_unit = min(int(torch.as_tensor(prompt_tokens).min()) // C1, Xhat[1].shape[1] - 1)
         first = first_unit * C1
-        out = self.windows_batch(1, z[:, first_unit:], self.tok_emb_dec[tokens[:, first:]],
+        out = self.windows_batch(1, Xhat[1][:, first_unit:], self.tok_emb_dec[tokens[:, first:]],
                                  P - first)
         return out @ self.lm_head.T, first, Xhat
 
@@ -171,10 +185,13 @@ def recursive_losses(model: TrainPhoton, X, Xhat, detach_target=False):
     return losses
 
 
-def losses(model, tokens, alpha, detach_target=False):
-    """(loss, token_loss, [recursive loss per level 2..L]) of spec 3.4 for tokens [B, T], each
-    sequence starting with BOS. token_loss is the mean NLL of tokens 1 .. T-1. detach_target: see
-    recursive_losses."""
+def losses(model, tokens, alpha, detach_target=False, recgen=None):
+    """(loss, token_loss, [recursive loss per level 2..L], recgen_loss) for tokens [B, T], each
+    sequence starting with BOS: spec 3.4's loss, token_loss being the mean NLL of tokens 1 .. T-1
+    (detach_target: see recursive_losses), plus, if recgen = (weight, prompt_tokens, horizon,
+    units) is given, weight * recgen_loss, the RecGen NLL of recgen_token_loss (it reuses the
+    teacher-forced pass's encoder states); recgen_loss is None otherwise."""
+    recgen_loss = None
     if isinstance(model, Vanilla):
         logits = Vanilla.forward(model, tokens)[:, :-1]  # row i predicts tokens[i + 1]
         rec = []
@@ -182,24 +199,40 @@ def losses(model, tokens, alpha, detach_target=False):
         logits, X, Xhat = model.forward_batch(tokens)
         logits = logits[:, 1:]  # row p predicts tokens[p]; BOS's own row is not scored
         rec = recursive_losses(model, X, Xhat, detach_target)
+        if recgen is not None:
+            _, prompt_tokens, horizon, units = recgen
+            recgen_loss = recgen_token_loss(model, tokens, prompt_tokens, horizon, units, X)
     token_loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
     loss = token_loss + alpha * sum(rec) if rec else token_loss
-    return loss, token_loss, rec
+    if recgen_loss is not None:
+        loss = loss + recgen[0] * recgen_loss
+    return loss, token_loss, rec, recgen_loss
 
 
-def recgen_token_loss(model: TrainPhoton, tokens, prompt_tokens, horizon=None):
-    """Mean NLL under RecGen (TrainPhoton.recgen_batch) of the tokens after each sequence's prompt:
-    positions p with prompt_tokens[b] <= p < prompt_tokens[b] + horizon (default: to the end) of
-    tokens [B, T]. The first of them only sees the prompt."""
-    K = torch.as_tensor(prompt_tokens).reshape(-1, 1).expand(tokens.shape[0], 1)
-    P = tokens.shape[1] if horizon is None else min(tokens.shape[1], int(K.max()) + horizon)
-    logits, first, _ = model.recgen_batch(tokens, K, positions=P)
-    first = max(first, 1)  # BOS's own row is not scored
-    logits = logits[:, logits.shape[1] - (P - first):]
-    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, first:P].reshape(-1),
-                          reduction="none").reshape(tokens.shape[0], -1)
-    positions = torch.arange(first, P)[None, :]
-    scored = (positions >= K) & (positions < K + (P if horizon is None else horizon))
+def recgen_token_loss(model: TrainPhoton, tokens, prompt_tokens, horizon=None, units=None,
+                      X=None):
+    """Mean NLL under RecGen (TrainPhoton.recgen_latents) of the tokens after each sequence's
+    prompt: positions p with prompt_tokens[b] <= p < prompt_tokens[b] + horizon (default: to the
+    end) of tokens [B, T]; the first of them only sees the prompt. `units` (0-based level-1 unit
+    indices) restricts the level-1 windows run to those units: an unbiased estimate of the loss over
+    all of them at a fraction of the cost (the latents above level 1 are computed up to the last).
+    X: the encoder states of tokens, if a teacher-forced pass has them."""
+    batch, T = tokens.shape
+    K = torch.as_tensor(prompt_tokens).reshape(-1, 1).expand(batch, 1)
+    end = T if horizon is None else min(T, int(K.max()) + horizon)  # positions scored: < end
+    C1 = model.config.level(1).chunk_len
+    if units is None:
+        units = torch.arange(int(K.min()) // C1, -(-end // C1))
+    positions = (units[:, None] * C1 + torch.arange(C1)[None, :]).reshape(-1)
+    Xhat = model.recgen_latents(tokens, K, int(positions.max()) + 1, X)
+    # A unit past the end reads stand-in tokens; only its positions >= T see them (masked below).
+    targets = tokens[:, positions.clamp(max=T - 1)]
+    out = model.windows_batch(1, Xhat[1][:, units], model.tok_emb_dec[targets], len(positions))
+    nll = F.cross_entropy((out @ model.lm_head.T).transpose(1, 2), targets, reduction="none")
+    p = positions[None, :]
+    scored = (p >= K) & (p >= 1) & (p < end)
+    if horizon is not None:
+        scored &= p < K + horizon
     return (nll * scored).sum() / scored.sum()
 
 

@@ -48,6 +48,25 @@ def load_run(run_dir):
     return model.eval()
 
 
+def load_photon_file(photon, path, dtype=torch.float64):
+    """The model in a .photon file, as the engine reads it: every tensor at the offset and in the
+    dtype `photon inspect --json` reports, widened to `dtype`."""
+    info = json.loads(subprocess.run([str(photon), "inspect", str(path), "--json"],
+                                     capture_output=True, text=True, check=True).stdout)
+    model = build_train_model(Config.from_json(info["config"]))
+    types = {"f32": np.float32, "f16": np.float16}
+    state = {}
+    with open(path, "rb") as f:
+        for tensor in info["file"]["tensors"]:
+            if tensor["dtype"] not in types:
+                raise SystemExit(f"{path}: {tensor['name']} is {tensor['dtype']}, not f32/f16")
+            f.seek(tensor["offset"])
+            array = np.frombuffer(f.read(tensor["bytes"]), dtype=types[tensor["dtype"]])
+            state[tensor["name"]] = torch.from_numpy(array.reshape(tensor["shape"]).copy())
+    model.load_state_dict({k: v.to(dtype) for k, v in state.items()})
+    return model.to(dtype).eval()
+
+
 def test_segments(corpus):
     """[BOS] + the ids of every line of test-segments.txt."""
     text = (pathlib.Path(corpus) / "test-segments.txt").read_text(encoding="utf-8")
@@ -129,7 +148,9 @@ def agreement(model, segments, prompt_tokens, n, prompts=0):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="training.recgen_quality", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+", type=pathlib.Path, help="PHOTON L >= 2 run directories")
+    parser.add_argument("runs", nargs="+", type=pathlib.Path,
+                        help="PHOTON L >= 2 run directories or .photon files")
+    parser.add_argument("--photon", default="build/bin/photon", help="reads .photon files")
     parser.add_argument("--corpus", default="out/train/corpus", type=pathlib.Path)
     parser.add_argument("--prompt-tokens", type=int, default=32)
     parser.add_argument("--continuation", type=int, default=64)
@@ -139,7 +160,8 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     segments = test_segments(args.corpus)
     for run_dir in args.runs:
-        model = load_run(run_dir)
+        model = (load_photon_file(args.photon, run_dir, torch.float32)
+                 if run_dir.suffix == ".photon" else load_run(run_dir))
         result = {"run": str(run_dir), **perplexities(model, segments, args.prompt_tokens),
                   **agreement(model, segments, args.prompt_tokens, args.continuation,
                               args.prompts)}

@@ -89,7 +89,7 @@ class TrainerMatchesReference(unittest.TestCase):
                 for l in range(1, len(ref_Xhat)):
                     torch.testing.assert_close(Xhat[l][b].double(), ref_Xhat[l], rtol=0,
                                                atol=tolerance)
-            loss, token_loss, _ = losses(trainer, tokens, ALPHA)
+            loss, token_loss, _, _ = losses(trainer, tokens, ALPHA)
             ref_loss, ref_token_loss = reference_loss(reference, tokens, ALPHA)
         self.assertAlmostEqual(float(token_loss), float(ref_token_loss), delta=tolerance)
         self.assertAlmostEqual(float(loss), float(ref_loss), delta=tolerance)
@@ -139,16 +139,25 @@ class TrainerMatchesReference(unittest.TestCase):
         reference, trainer = models(PHOTON_L2, torch.float64)
         tokens = token_batch(3, 30, PHOTON_L2["vocab_size"])
         prompts = [5, 13, 27]
-        for horizon in (None, 7):
+        logprobs = [torch.log_softmax(recgen_logits(reference, sequence.tolist(), prompts[b]),
+                                      dim=-1) for b, sequence in enumerate(tokens)]
+        # C_1 = 4: units [1, 4, 7] hold positions 4-7, 16-19 and 28-29 (the sequence ends).
+        for horizon, units in ((None, None), (7, None), (None, [1, 4, 7]), (10, [4, 7])):
             nll = []
             for b, sequence in enumerate(tokens):
-                logprobs = torch.log_softmax(
-                    recgen_logits(reference, sequence.tolist(), prompts[b]), dim=-1)
                 end = 30 if horizon is None else min(30, prompts[b] + horizon)
-                nll += [-float(logprobs[p, sequence[p]]) for p in range(prompts[b], end)]
+                nll += [-float(logprobs[b][p, sequence[p]]) for p in range(prompts[b], end)
+                        if units is None or p // 4 in units]
+            units = None if units is None else torch.tensor(units)
             with torch.no_grad():
-                loss = recgen_token_loss(trainer, tokens, torch.tensor(prompts), horizon)
-            self.assertAlmostEqual(float(loss), sum(nll) / len(nll), places=10)
+                loss = recgen_token_loss(trainer, tokens, torch.tensor(prompts), horizon, units)
+                total, token_loss, _, shared = losses(trainer, tokens, 0.0, recgen=(
+                    0.5, torch.tensor(prompts), horizon, units))
+            self.assertAlmostEqual(float(loss), sum(nll) / len(nll), places=10,
+                                   msg=f"horizon {horizon} units {units}")
+            # With the teacher-forced pass's encoder states (of the whole sequence): the same.
+            self.assertAlmostEqual(float(shared), float(loss), places=10)
+            self.assertAlmostEqual(float(total), float(token_loss) + 0.5 * float(loss), places=10)
 
     def test_recgen_two_levels_float32(self):
         self.check_recgen(PHOTON_L2, 24, [1, 7, 12, 24], torch.float32, 1e-4)
@@ -161,7 +170,7 @@ class TrainerMatchesReference(unittest.TestCase):
             for b, sequence in enumerate(tokens):
                 torch.testing.assert_close(logits[b].double(), reference(sequence)[0], rtol=0,
                                            atol=1e-4)
-            loss, token_loss, rec = losses(trainer, tokens, ALPHA)
+            loss, token_loss, rec, _ = losses(trainer, tokens, ALPHA)
             ref_loss, _ = reference_loss(reference, tokens, ALPHA)
         self.assertEqual(rec, [])  # L = 1: no recursive term
         self.assertAlmostEqual(float(loss), float(ref_loss), delta=1e-4)
@@ -170,7 +179,7 @@ class TrainerMatchesReference(unittest.TestCase):
         reference, trainer = models(VANILLA, torch.float32)
         tokens = token_batch(2, 17, VANILLA["vocab_size"])
         with torch.no_grad():
-            loss, token_loss, rec = losses(trainer, tokens, ALPHA)
+            loss, token_loss, rec, _ = losses(trainer, tokens, ALPHA)
             ref_loss, _ = reference_loss(reference, tokens, ALPHA)
         self.assertEqual(rec, [])
         self.assertAlmostEqual(float(loss), float(ref_loss), delta=1e-4)
@@ -179,7 +188,7 @@ class TrainerMatchesReference(unittest.TestCase):
         _, trainer = models(PHOTON_L2, torch.float32)
         init_weights(trainer, seed=0)
         # 48 tokens: the top encoder sees several units, so its queries and keys matter.
-        loss, _, _ = losses(trainer, token_batch(2, 48, PHOTON_L2["vocab_size"]), ALPHA)
+        loss, _, _, _ = losses(trainer, token_batch(2, 48, PHOTON_L2["vocab_size"]), ALPHA)
         loss.backward()
         for name, p in trainer.named_parameters():
             self.assertIsNotNone(p.grad, name)

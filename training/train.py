@@ -34,10 +34,12 @@ TRAIN_DEFAULTS = {
     # RecGen-conditioned NLL (training.model.recgen_token_loss), added with this weight: each step
     # draws a prompt length K uniformly from recgen_prompt (both ends included, the same K for the
     # whole batch) and scores the recgen_horizon tokens after it (null: to the end) as a RecGen
-    # session that was given the first K tokens would.
+    # session that was given the first K tokens would; recgen_units draws that many level-1 units of
+# those to score (an unbiased estimate at a fraction of the cost).
     "recgen_weight": 0.0,
     "recgen_prompt": [1, 64],
     "recgen_horizon": None,
+    "recgen_units": None,  # level-1 windows scored per step, drawn after the prompt (null: all)
     "seq_len": 256,  # tokens per training sequence, BOS included
     "batch_size": 16,
     "tokens": 2_000_000,  # budget: training tokens (batch_size * seq_len per step)
@@ -83,10 +85,19 @@ def train_batch(stream, step, train):
     return torch.from_numpy(np.concatenate([np.full((len(rows), 1), BOS), rows], axis=1))
 
 
-def recgen_prompt_length(step, train):
-    """The prompt length K of a step's RecGen loss, a function of (seed, step)."""
+def recgen_draw(step, train, chunk_len):
+    """(prompt length K, level-1 units to score or None) of a step's RecGen loss, a function of
+    (seed, step): K uniform in recgen_prompt, the units drawn without replacement from those that
+    hold a position in [K, seq_len)."""
+    rng = np.random.default_rng([train["seed"], step, 1])
     low, high = train["recgen_prompt"]
-    return int(np.random.default_rng([train["seed"], step, 1]).integers(low, high + 1))
+    K = int(rng.integers(low, high + 1))
+    if not train["recgen_units"]:
+        return K, None
+    candidates = np.arange(K // chunk_len, -(-train["seq_len"] // chunk_len))
+    chosen = rng.choice(candidates, size=min(train["recgen_units"], len(candidates)),
+                        replace=False)
+    return K, torch.from_numpy(np.sort(chosen))
 
 
 def validation_batches(stream, train):
@@ -110,7 +121,7 @@ def validate(model, batches, alpha):
     token_sum, rec_sum, recgen_sum, count = 0.0, None, 0.0, 0
     has_recgen = not isinstance(model, Vanilla) and model.config.num_levels >= 2
     for tokens in batches:
-        _, token_loss, rec = losses(model, tokens, alpha)
+        _, token_loss, rec, _ = losses(model, tokens, alpha)
         token_sum += float(token_loss) * len(tokens)
         rec_values = [float(r) * len(tokens) for r in rec]
         rec_sum = rec_values if rec_sum is None else [a + b for a, b in zip(rec_sum, rec_values)]
@@ -228,12 +239,12 @@ def run(args):
         for group in optimizer.param_groups:
             group["lr"] = lr
         tokens = train_batch(train_stream, step, train)
-        loss, token_loss, rec = losses(model, tokens, alpha, train["detach_rec_target"])
-        recgen_loss = None
+        recgen = None
         if train["recgen_weight"]:
-            recgen_loss = recgen_token_loss(model, tokens, recgen_prompt_length(step, train),
-                                            train["recgen_horizon"])
-            loss = loss + train["recgen_weight"] * recgen_loss
+            K, units = recgen_draw(step, train, config.level(1).chunk_len)
+            recgen = (train["recgen_weight"], K, train["recgen_horizon"], units)
+        loss, token_loss, rec, recgen_loss = losses(model, tokens, alpha,
+                                                    train["detach_rec_target"], recgen)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train["grad_clip"])
