@@ -63,16 +63,22 @@ class TrainPhoton(Photon):
         every position that has a target; photon_ref uses T + 1, adding the next token's row).
         X and Xhat as in photon_ref, with a leading batch axis.
         """
-        L = self.config.num_levels
         P = tokens.shape[1] if positions is None else positions
+        z, X, Xhat = self.conditioners_batch(tokens, P)
+        out = self.windows_batch(1, z, self.tok_emb_dec[tokens], P)
+        return out @ self.lm_head.T, X, Xhat
+
+    def conditioners_batch(self, tokens, P):
+        """The teacher-forced pass above level 1: (z, X, Xhat), z [B, U, D_1] the conditioners of
+        the U level-1 units that hold positions 0 .. P-1; X and Xhat as forward_batch's."""
+        L = self.config.num_levels
         X = self.encode_batch(tokens)
         n_units = self.unit_counts(P)
         z = self.top_conditioners(X, n_units[L])
         Xhat = [None] * L
         for l in range(L, 1, -1):
             Xhat[l - 1] = z = self.windows_batch(l, z, X[l - 1], n_units[l - 1])
-        out = self.windows_batch(1, z, self.tok_emb_dec[tokens], n_units[0])
-        return out @ self.lm_head.T, X, Xhat
+        return z, X, Xhat
 
     def recgen_windows(self, l, z, X_below, in_prompt):
         """The level-l windows (l >= 2) of U units under RecGen: z [B, U, D_l]; the input of child
@@ -163,6 +169,24 @@ class TrainPhoton(Photon):
         out = self.windows_batch(1, Xhat[1][:, first_unit:], self.tok_emb_dec[tokens[:, first:]],
                                  P - first)
         return out @ self.lm_head.T, first, Xhat
+
+
+@torch.no_grad()
+def hiergen_greedy(model: TrainPhoton, prompts, n):
+    """n greedy HierGen tokens (argmax, lowest id on ties) after each of prompts [B, K]: [B, n].
+    HierGen is teacher forcing evaluated incrementally, and a level-1 unit's conditioner depends
+    only on the tokens before the unit, so each unit needs one pass above level 1 and then its own
+    window, one token at a time."""
+    tokens = prompts
+    C1, end = model.config.level(1).chunk_len, prompts.shape[1] + n
+    dec = model.decoder(1)
+    while tokens.shape[1] < end:
+        u = tokens.shape[1] // C1  # the 0-based level-1 unit that holds the next position
+        prefix = dec.prefix(model.conditioners_batch(tokens, tokens.shape[1] + 1)[0][:, u])
+        while tokens.shape[1] < min((u + 1) * C1, end):
+            o = dec.window_outputs(prefix, model.tok_emb_dec[tokens[:, u * C1:]])[:, -1]
+            tokens = torch.cat([tokens, (o @ model.lm_head.T).argmax(dim=-1, keepdim=True)], 1)
+    return tokens[:, prompts.shape[1]:]
 
 
 def recursive_losses(model: TrainPhoton, X, Xhat, detach_target=False):

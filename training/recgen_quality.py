@@ -29,7 +29,7 @@ from torch.nn import functional as F
 
 from photon_ref.model import Config
 from training.corpus import BOS
-from training.model import build_train_model
+from training.model import build_train_model, hiergen_greedy
 
 PAD = 0  # pads segments to one length; causal models never let a later position change an earlier
 
@@ -110,15 +110,6 @@ def perplexities(model, segments, prompt_tokens, batch_size=16):
 
 
 @torch.no_grad()
-def greedy_hiergen(model, prompts, n):
-    tokens = torch.tensor(prompts, dtype=torch.long)
-    for _ in range(n):
-        logits = model.forward_batch(tokens, positions=tokens.shape[1] + 1)[0][:, -1]
-        tokens = torch.cat([tokens, logits.argmax(dim=-1, keepdim=True)], dim=1)
-    return tokens[:, len(prompts[0]):]
-
-
-@torch.no_grad()
 def greedy_recgen(model, prompts, n):
     """The latents above level 1 depend on the prompt alone, so every level-1 window of the
     continuation decodes at once: pass j fixes the j-th token of every window."""
@@ -137,7 +128,7 @@ def agreement(model, segments, prompt_tokens, n, prompts=0):
     chosen = [s[:prompt_tokens] for s in segments if len(s) >= prompt_tokens]
     if prompts:
         chosen = chosen[:prompts]
-    hier = greedy_hiergen(model, chosen, n)
+    hier = hiergen_greedy(model, torch.tensor(chosen, dtype=torch.long), n)
     rec = greedy_recgen(model, chosen, n)
     same = hier == rec
     prefix = [int(row.tolist().index(False)) if not bool(row.all()) else n for row in same]

@@ -11,7 +11,9 @@ from torch.nn import functional as F
 from photon_ref.model import Config, build_model
 from photon_ref.random_weights import random_weights
 from photon_ref.recgen import RecGenPlan, recgen_logits
-from training.model import build_train_model, init_weights, losses, recgen_token_loss
+from photon_ref.generate import generate_hiergen
+from training.model import (build_train_model, hiergen_greedy, init_weights, losses,
+                            recgen_token_loss)
 
 STACK = {"layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 6, "ffn_dim": 20}
 PHOTON_L3 = {"arch": "photon", "vocab_size": 50, "embed_dim": 4, "token_dim": 12, "norm_eps": 1e-5,
@@ -161,6 +163,15 @@ class TrainerMatchesReference(unittest.TestCase):
 
     def test_recgen_two_levels_float32(self):
         self.check_recgen(PHOTON_L2, 24, [1, 7, 12, 24], torch.float32, 1e-4)
+
+    def test_hiergen_greedy_is_the_teacher_forced_argmax(self):
+        reference, trainer = models(PHOTON_L2, torch.float64)
+        prompts = token_batch(3, 6, PHOTON_L2["vocab_size"])
+        with torch.no_grad():
+            out = hiergen_greedy(trainer, prompts, 15)
+            for b in range(3):
+                expected = generate_hiergen(reference, prompts[b].tolist(), 15)["tokens"]
+                self.assertEqual(out[b].tolist(), expected)
 
     def test_block_float32(self):
         reference, trainer = models(BLOCK, torch.float32)
