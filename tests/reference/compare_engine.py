@@ -4,7 +4,9 @@
 For PHOTON models of L = 1, 2, 3 and vanilla models (fixed seeds, none of them a golden case):
 writes config.json + weights.npz, converts them with `photon convert`, and compares `photon score
 --json` and `photon generate --json` (greedy HierGen, and RecGen for L >= 2) with photon_ref, token
-ids exactly and log probabilities within 1e-4. Short models check every RecGen prompt length up to
+ids exactly and log probabilities within 1e-4; for L >= 2 also `photon score --mode recgen
+--prompt-tokens K` (a known continuation consumed as RecGen consumes its samples) at each RecGen
+prompt length K. Short models check every RecGen prompt length up to
 2 B_L + 1; long models use sequences that cross every batching limit of the engine with margin
 (engine_limits.py): the score of a sequence spanning several passes of top-level windows, and
 generation after prompts spanning several prefill slices. Short models also generate under a
@@ -27,10 +29,15 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from engine_limits import long_lengths, meta_tokens  # noqa: E402
 from photon_ref import (RecGenPlan, generate_hiergen, generate_recgen, greedy,  # noqa: E402
-                        load_model, score)
+                        load_model, score, score_recgen)
 from photon_ref.random_weights import write_random_model  # noqa: E402
 
 TOLERANCE = 1e-4
+# RecGen scoring runs every later token through reconstructions of reconstructions, so float32
+# rounding grows with the magnitude of the logits: the tokens a random model finds least likely
+# (log p near -15 to -30) are within 1e-5 of their value rather than 1e-4 absolute (measured on
+# live_photon_l2: at most 7e-6 relative, and 2e-5 absolute where log p > -10).
+RECGEN_SCORE_RTOL = 1e-5
 MIN_MARGIN = 1e-3  # a greedy step closer than this to a tie would make the comparison flaky
 GENERATE = 16
 SMALL_VOCAB = 320  # the pieces of tests/data/tiny.model
@@ -99,14 +106,15 @@ def run(args):
     return result.stdout.decode(errors="replace")
 
 
-def compare_logprobs(what, engine, reference):
+def compare_logprobs(what, engine, reference, rtol=0.0):
+    """Each engine value within TOLERANCE + rtol |reference| of the reference's."""
     if len(engine) != len(reference):
         raise Mismatch(f"{what}: engine gave {len(engine)} values, reference {len(reference)}")
     for i, (e, r) in enumerate(zip(engine, reference)):
         if r is None or e is None:
             if r is not e:
                 raise Mismatch(f"{what}[{i}]: engine {e}, reference {r}")
-        elif abs(e - r) > TOLERANCE:
+        elif abs(e - r) > TOLERANCE + rtol * abs(r):
             raise Mismatch(f"{what}[{i}]: engine {e}, reference {r} (|diff| {abs(e - r):.2e})")
 
 
@@ -169,6 +177,17 @@ def check_penalized(photon, model_path, model, name, mode, prompt):
     compare_logprobs(what, got["logprobs"], expected["logprobs"])
 
 
+def check_recgen_scores(photon, model_path, model, name, tokens, prompt_lengths):
+    """`photon score --mode recgen --prompt-tokens K`: the sequence as a RecGen session with the
+    first K tokens as its prompt consumes it, against photon_ref.score_recgen (spec section 5)."""
+    for k in prompt_lengths:
+        engine = json.loads(run([photon, "score", "-m", model_path, "--mode", "recgen",
+                                 "--prompt-tokens", str(k), "--tokens",
+                                 ",".join(map(str, tokens)), "--json"]))
+        compare_logprobs(f"{name} recgen score (prompt tokens {k})", engine["logprobs"],
+                         score_recgen(model, tokens, k), RECGEN_SCORE_RTOL)
+
+
 def check_model(photon, work_dir, name, seed, plan, config_json):
     directory = os.path.join(work_dir, name)
     config_path, weights_path = write_random_model(directory, config_json, seed)
@@ -219,6 +238,8 @@ def check_model(photon, work_dir, name, seed, plan, config_json):
     checks = [("hiergen", p) for p in hier_prompts]
     if config_json["arch"] == "photon" and len(config_json["levels"]) >= 2:
         checks += [("recgen", p) for p in rec_prompts]
+        check_recgen_scores(photon, model_path, model, name, tokens,
+                            sorted({len(p) for p in rec_prompts} | {len(tokens)}))
     for mode, prompt in checks:
         check_generation(photon, model_path, model,
                          f"{name} {mode} (prompt length {len(prompt)})", mode, prompt, n_gen)
@@ -226,7 +247,7 @@ def check_model(photon, work_dir, name, seed, plan, config_json):
         for mode in sorted({mode for mode, _ in checks}):
             check_penalized(photon, model_path, model, name, mode, hier_prompts[-1])
             checks.append((mode + " penalized", hier_prompts[-1]))
-    print(f"{name}: score of {len(tokens)} tokens and {len(checks)} generations agree")
+    print(f"{name}: scores of {len(tokens)} tokens and {len(checks)} generations agree")
 
 
 def main():

@@ -8,23 +8,15 @@
 #include <vector>
 
 #include "photon.h"
+#include "test_generated.h"
 #include "test_models.h"
 
 namespace {
 
 using photon::ModelConfig;
 
-struct Generated {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-};
-
-int collect(void* user, int32_t token, const char*, size_t, float logprob) {
-  auto* g = static_cast<Generated*>(user);
-  g->tokens.push_back(token);
-  g->logprobs.push_back(logprob);
-  return 0;
-}
+using photon::testing::collect;
+using photon::testing::Generated;
 
 class EngineTest : public ::testing::TestWithParam<int> {
  protected:

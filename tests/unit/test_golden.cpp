@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "test_generated.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -91,17 +93,8 @@ class GoldenModel {
   std::string error_;
 };
 
-struct Generated {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-};
-
-int collect(void* user, int32_t token, const char*, size_t, float logprob) {
-  auto* out = static_cast<Generated*>(user);
-  out->tokens.push_back(token);
-  out->logprobs.push_back(logprob);
-  return 0;
-}
+using photon::testing::collect;
+using photon::testing::Generated;
 
 class Golden : public ::testing::TestWithParam<std::string> {
  protected:

@@ -10,21 +10,13 @@
 #include <vector>
 
 #include "photon.h"
+#include "test_generated.h"
 #include "test_models.h"
 
 namespace {
 
-struct Collected {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-};
-
-int collect(void* user, int32_t token, const char*, size_t, float logprob) {
-  auto* c = static_cast<Collected*>(user);
-  c->tokens.push_back(token);
-  c->logprobs.push_back(logprob);
-  return 0;
-}
+using photon::testing::collect;
+using photon::testing::Generated;
 
 class RecGenContinuation : public ::testing::TestWithParam<int> {
  protected:
@@ -101,7 +93,7 @@ TEST_P(RecGenContinuation, EveryLogprobEqualsRecGenScoringOfTheWholeSequence) {
           PHOTON_OK)
           << photon_last_error();
       s = maybe_reload(s, reload);
-      Collected first;
+      Generated first;
       ASSERT_EQ(photon_session_generate(s, meta_ + 3, collect, &first, nullptr), PHOTON_OK);
       ASSERT_EQ(first.tokens.size(), static_cast<size_t>(meta_ + 3));
       sequence.insert(sequence.end(), first.tokens.begin(), first.tokens.end());
@@ -121,7 +113,7 @@ TEST_P(RecGenContinuation, EveryLogprobEqualsRecGenScoringOfTheWholeSequence) {
           << photon_last_error();
       sequence.insert(sequence.end(), turn.begin(), turn.end());
       session_lp.insert(session_lp.end(), turn_lp.begin(), turn_lp.end());
-      Collected second;
+      Generated second;
       ASSERT_EQ(photon_session_generate(s, meta_ + 2, collect, &second, nullptr), PHOTON_OK);
       ASSERT_EQ(second.tokens.size(), static_cast<size_t>(meta_ + 2));
       sequence.insert(sequence.end(), second.tokens.begin(), second.tokens.end());
@@ -146,7 +138,7 @@ TEST_P(RecGenContinuation, GreedyStreamsDoNotDependOnSavingOrOnHowTheTurnIsSplit
   for (int variant = 0; variant < 3; ++variant) {
     photon_session* s = recgen(0.0f);
     ASSERT_EQ(photon_session_prefill(s, prompt.data(), prompt.size()), PHOTON_OK);
-    Collected c;
+    Generated c;
     ASSERT_EQ(photon_session_generate(s, 5, collect, &c, nullptr), PHOTON_OK);
     s = maybe_reload(s, variant == 2);
     if (variant == 0) {

@@ -13,21 +13,13 @@
 #include "format/data_hash.h"
 #include "photon.h"
 #include "session_generated.h"
+#include "test_generated.h"
 #include "test_models.h"
 
 namespace {
 
-struct Stream {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-};
-
-int collect(void* user, int32_t token, const char*, size_t, float logprob) {
-  auto* r = static_cast<Stream*>(user);
-  r->tokens.push_back(token);
-  r->logprobs.push_back(logprob);
-  return 0;
-}
+using photon::testing::collect;
+using photon::testing::Generated;
 
 class SessionState : public ::testing::Test {
  protected:
@@ -102,13 +94,13 @@ TEST_F(SessionState, ResumedSessionsContinueExactly) {
       const std::vector<int32_t> p = prompt(prompt_len);
       photon_session* whole = make(model, c.mode);
       ASSERT_EQ(photon_session_prefill(whole, p.data(), p.size()), PHOTON_OK);
-      Stream expected;
+      Generated expected;
       ASSERT_EQ(photon_session_generate(whole, 40, collect, &expected, nullptr), PHOTON_OK);
       photon_session_free(whole);
       for (int split : {0, 1, 3, 6, 7, 12, 19}) {
         photon_session* first = make(model, c.mode);
         ASSERT_EQ(photon_session_prefill(first, p.data(), p.size()), PHOTON_OK);
-        Stream got;
+        Generated got;
         ASSERT_EQ(photon_session_generate(first, split, collect, &got, nullptr), PHOTON_OK);
         const std::vector<uint8_t> blob = save(first);
         photon_session_free(first);
@@ -197,7 +189,7 @@ TEST_F(SessionState, BatchAndPullEqualSingleSessions) {
   const photon_mode modes[] = {PHOTON_MODE_RECGEN,  PHOTON_MODE_HIERGEN, PHOTON_MODE_RECGEN,
                                PHOTON_MODE_HIERGEN, PHOTON_MODE_RECGEN,  PHOTON_MODE_RECGEN};
   const int lengths[] = {1, 5, 6, 11, 13, 20};
-  std::vector<Stream> alone(6), batched(6), pulled(6);
+  std::vector<Generated> alone(6), batched(6), pulled(6);
   std::vector<photon_session*> sessions;
   for (int i = 0; i < 6; ++i) {
     const std::vector<int32_t> p = prompt(lengths[i]);
@@ -225,7 +217,7 @@ TEST_F(SessionState, BatchAndPullEqualSingleSessions) {
   }
   // Each session stops at its own budget: stop the longer ones through the callback.
   struct Batch {
-    std::vector<Stream>* runs;
+    std::vector<Generated>* runs;
   } batch{&batched};
   auto on_token = [](void* user, size_t index, int32_t token, const char*, size_t, float lp) {
     auto& run = (*static_cast<Batch*>(user)->runs)[index];
@@ -303,7 +295,7 @@ TEST_F(SessionState, CancelFromAnotherThreadLeavesAValidSession) {
 
 TEST_F(SessionState, EightThreadsOnOneModelMatchASingleThread) {
   photon_model* model = models_[2];
-  auto work = [&](int id, Stream* out) {
+  auto work = [&](int id, Generated* out) {
     const std::vector<int32_t> p = prompt(3 + id);
     photon_session* s = make(model, id % 2 ? PHOTON_MODE_HIERGEN : PHOTON_MODE_RECGEN, id);
     photon_session_prefill(s, p.data(), p.size());
@@ -318,7 +310,7 @@ TEST_F(SessionState, EightThreadsOnOneModelMatchASingleThread) {
     photon_session_free(r);
     photon_session_free(s);
   };
-  std::vector<Stream> serial(8), parallel(8);
+  std::vector<Generated> serial(8), parallel(8);
   for (int i = 0; i < 8; ++i) work(i, &serial[i]);
   for (int round = 0; round < 3; ++round) {
     std::vector<std::thread> threads;
