@@ -17,7 +17,7 @@ std::string piece_label(const photon_model* model, int32_t token) {
 }
 
 int run_score(const std::vector<std::string>& argv) {
-  Args args({{"model", 'm'}, {"tokens"}, {"file", 'f'}, {"json", 0, false}}, 0);
+  Args args({{"model", 'm'}, {"tokens"}, {"file", 'f'}, {"device"}, {"json", 0, false}}, 0);
   args.parse(argv);
   if (args.has("tokens") == args.has("file")) {
     throw UsageError("give exactly one of --tokens IDS and -f FILE");
@@ -28,7 +28,7 @@ int run_score(const std::vector<std::string>& argv) {
   // Read the text before loading the model so that a missing file fails fast.
   const std::string text = args.has("file") ? read_file(*args.value("file"), "text") : "";
 
-  ModelPtr model = load_model(path);
+  ModelPtr model = load_model(path, device_option(args));
   if (args.has("file")) tokens = tokenize(model.get(), text, true);
   if (tokens.empty()) throw RuntimeFailure("nothing to score: the text gives no tokens");
   const int32_t context = photon_model_context_length(model.get());
@@ -82,7 +82,7 @@ int run_score(const std::vector<std::string>& argv) {
 
 const Command kScoreCommand = {
     "score", "log-probabilities, NLL and perplexity of a text or token ids",
-    "usage: photon score -m M.photon (--tokens 1,2,3 | -f text.txt) [--json]\n"
+    "usage: photon score -m M.photon (--tokens 1,2,3 | -f text.txt) [--device DEV] [--json]\n"
     "\n"
     "Scores a sequence teacher-forced: the log-probability of every token given the ones before\n"
     "it (the first token is not predicted). NLL = -sum of the logprobs; perplexity =\n"
@@ -92,6 +92,7 @@ const Command kScoreCommand = {
     "  -m, --model M.photon the model (default: $PHOTON_MODEL)\n"
     "  --tokens IDS         comma-separated token ids, used exactly as given\n"
     "  -f, --file FILE      UTF-8 text ('-' for stdin), tokenized with BOS first\n"
+    "  --device DEV         cpu (default), cuda, cuda:N or auto (a GPU when one is usable)\n"
     "  --json               one JSON object: tokens, logprobs (null first), nll, perplexity\n",
     run_score};
 
