@@ -74,9 +74,8 @@ class CudaBackend::PinnedHost {
   size_t bytes_;
 };
 
-CudaBackend::Lock::Lock(const CudaBackend& backend) : guard_(backend.mutex_) {
-  backend.device_.make_current();
-}
+CudaBackend::Lock::Lock(const CudaBackend& backend)
+    : guard_(backend.mutex_), device_(backend.device_.info().ordinal) {}
 
 CudaBackend::CudaBackend(const CudaOptions& options)
     : device_(options.ordinal), exact_f32_(options.exact_f32) {
@@ -109,12 +108,16 @@ CudaBackend::CudaBackend(const CudaOptions& options)
 
 CudaBackend::~CudaBackend() {
   weights_.clear();  // each returns its memory to the pool
+  int previous = -1;
+  cudaGetDevice(&previous);
   cudaSetDevice(device_.info().ordinal);
   cudaStreamSynchronize(stream());
   gemm_.reset();
   scratch_ = Arena();
   pinned_.reset();
   cudaMemPoolDestroy(pool_);
+  if (previous >= 0) cudaSetDevice(previous);
+  cudaGetLastError();
 }
 
 std::string CudaBackend::name() const {
@@ -143,9 +146,13 @@ void CudaBackend::release(void* device_memory) noexcept {
   const std::lock_guard<std::recursive_mutex> guard(mutex_);
   // A destructor cannot report a failure; a failed release leaves the block to the pool, which is
   // destroyed with the backend.
-  if (cudaSetDevice(device_.info().ordinal) != cudaSuccess ||
-      cudaFreeAsync(device_memory, stream()) != cudaSuccess)
-    cudaGetLastError();
+  int previous = -1;
+  cudaGetDevice(&previous);
+  const int ordinal = device_.info().ordinal;
+  if (previous != ordinal) cudaSetDevice(ordinal);
+  cudaFreeAsync(device_memory, stream());
+  if (previous >= 0 && previous != ordinal) cudaSetDevice(previous);
+  cudaGetLastError();
 }
 
 void CudaBackend::reserve_scratch(size_t bytes, int pieces) {

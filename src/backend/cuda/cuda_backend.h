@@ -74,13 +74,15 @@ class CudaBackend final : public Backend {
   void release(void* device_memory) noexcept;
 
  private:
-  // Held by every op: the backend's lock, with its device current on the calling thread.
+  // Held by every op: the backend's lock, with its device current on the calling thread (the
+  // thread's own device comes back afterwards).
   class Lock {
    public:
     explicit Lock(const CudaBackend& backend);
 
    private:
     std::lock_guard<std::recursive_mutex> guard_;
+    DeviceScope device_;
   };
   class PinnedHost;
 

@@ -66,6 +66,7 @@ extern "C" __attribute__((visibility("default"))) photon_status photon_cuda_back
       return PHOTON_ERR_DEVICE;
     }
     require_device(request->ordinal);
+    const photon::cuda::DeviceScope scope(request->ordinal);  // the caller's device comes back
     photon::cuda::CudaOptions options;
     options.ordinal = request->ordinal;
     options.exact_f32 = request->exact_f32 != 0;

@@ -75,9 +75,13 @@ Device::Device(int ordinal) {
 
 Device::~Device() {
   if (stream_) {
+    int previous = -1;
+    cudaGetDevice(&previous);
     cudaSetDevice(info_.ordinal);
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
+    if (previous >= 0) cudaSetDevice(previous);
+    cudaGetLastError();
   }
 }
 
@@ -87,6 +91,19 @@ void Device::make_current() const {
 
 void Device::synchronize() const {
   PHOTON_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+DeviceScope::DeviceScope(int ordinal) : ordinal_(ordinal) {
+  if (cudaGetDevice(&previous_) != cudaSuccess) {
+    cudaGetLastError();
+    previous_ = -1;
+  }
+  if (previous_ != ordinal_) PHOTON_CUDA_CHECK(cudaSetDevice(ordinal_));
+}
+
+DeviceScope::~DeviceScope() {
+  if (previous_ >= 0 && previous_ != ordinal_ && cudaSetDevice(previous_) != cudaSuccess)
+    cudaGetLastError();
 }
 
 Graph::~Graph() {
