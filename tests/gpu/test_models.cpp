@@ -139,8 +139,11 @@ class GpuModels : public ::testing::TestWithParam<int> {
     REQUIRE_DEVICE();
     const int levels = GetParam();
     config_ = levels == 0 ? photon::testing::tiny_vanilla() : photon::testing::tiny_photon(levels);
-    const std::string stem =
-        std::string(PHOTON_BINARY_DIR) + "/gpu_model_" + std::to_string(levels);
+    // One file per test (the name holds the parameter): ctest may run them side by side.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (char& ch : name)
+      if (ch == '/') ch = '_';
+    const std::string stem = std::string(PHOTON_BINARY_DIR) + "/gpu_model_" + name;
     f32_path_ = stem + "_f32.photon";
     bf16_path_ = stem + "_bf16.photon";
     photon::testing::write_test_model(config_, f32_path_, 11 + levels, photon::DType::F32);
