@@ -45,12 +45,15 @@ def generate_recgen(model, prompt, n):
     if not isinstance(model, Photon) or model.config.num_levels < 2:
         raise ValueError("RecGen needs a photon model with at least 2 levels")
     n_prompt = len(prompt)
-    return _generate(lambda tokens: recgen_next_logits(model, tokens, n_prompt), prompt, n)
+    with torch.no_grad():
+        X = model.encode(prompt)  # the same at every step: computed once, for long prompts
+    return _generate(lambda tokens: recgen_next_logits(model, tokens, n_prompt, X), prompt, n)
 
 
-def recgen_next_logits(model: Photon, tokens, n_prompt):
+def recgen_next_logits(model: Photon, tokens, n_prompt, X=None):
     """p(next token | tokens) under RecGen, where tokens[:n_prompt] is the prompt and the rest was
     generated. Recomputed from scratch: every quantity below is defined as in spec section 5.
+    X, if given, is model.encode(tokens[:n_prompt]).
 
     Units are 1-based as in the spec: level-l unit u has children (u-1) C_l + j, j = 1 .. C_l.
     """
@@ -61,7 +64,8 @@ def recgen_next_logits(model: Photon, tokens, n_prompt):
 
     # Prefill: the encoders ran teacher-forced over the complete units of the prompt only;
     # encoders below L are never run again.
-    X = model.encode(tokens[:n_prompt])
+    if X is None:
+        X = model.encode(tokens[:n_prompt])
 
     def in_prompt(l, c):
         """Whether level-l unit c lies entirely inside the prompt (so X(l)_c exists)."""
