@@ -377,9 +377,11 @@ def group_convert():
 
     half = os.path.join(WORK, "tiny-f16.photon")
     expect_ok(photon("convert", "--config", config, "--weights", weights, "--dtype", "f16",
-                     "-o", half))
+                     "--meta", "recgen_agreement=0.61", "--meta", "note=a=b", "-o", half))
     half_info = inspect_json(half)
     if half_info is not None:
+        check(half_info["metadata"].get("recgen_agreement") == "0.61" and
+              half_info["metadata"].get("note") == "a=b", "--meta entries are in the file")
         check(all(t["dtype"] == "f16" for t in half_info["file"]["tensors"]), "f16 stored")
         check_layout(half_info, half, 2)
         half_scores = score(half, tokens)
@@ -401,6 +403,9 @@ def group_convert():
     write_npz(weights, extra)
     expect_failure(photon("convert", "--config", config, "--weights", weights, "-o", bad), 1,
                    "convert", "surplus")
+    for entry in ("no-equals-sign", "=value"):
+        expect_failure(photon("convert", "--config", config, "--weights", weights, "--meta",
+                              entry, "-o", bad), 2, "convert", "--meta")
     expect_failure(photon("convert", "--config", config, "--weights", weights, "--tokenizer",
                           os.path.join(WORK, "no-such.model"), "-o", bad), 1, "convert")
     for path in [source, converted, half, weights]:

@@ -26,8 +26,8 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from engine_limits import long_lengths, meta_tokens  # noqa: E402
-from photon_ref import (generate_hiergen, generate_recgen, greedy, load_model,  # noqa: E402
-                        recgen_next_logits, score)
+from photon_ref import (RecGenPlan, generate_hiergen, generate_recgen, greedy,  # noqa: E402
+                        load_model, score)
 from photon_ref.random_weights import write_random_model  # noqa: E402
 
 TOLERANCE = 1e-4
@@ -134,11 +134,10 @@ def penalized_greedy(model, mode, prompt, n, penalty, last_n):
     the penalty if positive, multiplied if not; the reported log probability is that of the
     model's unmodified distribution."""
     tokens, out, logprobs, margins = list(prompt), [], [], []
-    X = model.encode(prompt) if mode == "recgen" else None
+    plan = RecGenPlan(model, prompt) if mode == "recgen" else None
     with torch.no_grad():
         for _ in range(n):
-            raw = (recgen_next_logits(model, tokens, len(prompt), X) if mode == "recgen"
-                   else model.next_logits(tokens))
+            raw = plan.next_logits(tokens) if plan else model.next_logits(tokens)
             logits = raw.clone()
             for t in set(tokens[-last_n:]):
                 logits[t] = logits[t] / penalty if logits[t] > 0 else logits[t] * penalty
