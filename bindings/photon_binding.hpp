@@ -190,9 +190,16 @@ class Session;
 // thread cannot free it under the call.
 class Model {
  public:
-  explicit Model(const std::string& path) {
+  explicit Model(const std::string& path) : Model(path, "cpu") {}
+  // On a device: "cpu", "cuda", "cuda:N" or "auto" (photon_load_options_set_device).
+  Model(const std::string& path, const std::string& device) {
+    photon_load_options* options = nullptr;
+    detail::check(photon_load_options_create(&options));
+    const std::unique_ptr<photon_load_options, void (*)(photon_load_options*)> owned(
+        options, photon_load_options_free);
+    detail::check(photon_load_options_set_device(options, device.c_str()));
     photon_model* raw = nullptr;
-    detail::check(photon_model_load(path.c_str(), nullptr, &raw));
+    detail::check(photon_model_load(path.c_str(), options, &raw));
     model_.reset(raw, photon_model_free);
   }
   void close() {
@@ -207,6 +214,8 @@ class Model {
 
   static std::string version() { return photon_version(); }
 
+  // "cpu" or "cuda:N": where the model runs (photon_model_device).
+  std::string device() const { return photon_model_device(shared().get()); }
   std::string arch() const { return photon_model_arch(shared().get()); }
   int levels() const { return photon_model_levels(shared().get()); }
   std::uint64_t parameter_count() const { return photon_model_parameter_count(shared().get()); }

@@ -1,4 +1,7 @@
-# CUDA backend (issue 6): the static library photon_cuda from src/backend/cuda/*.cu and src/backend/cuda/*.cpp.
+# CUDA backend: the static library photon_cuda (the kernels and the CudaBackend of
+# src/backend/cuda), and from it the module libphoton-cuda.so (src/backend/cuda/module.cpp), which
+# libphoton loads with dlopen when a model is asked to run on a GPU. libphoton itself never links
+# CUDA: a machine without CUDA libraries loads it and runs on the CPU.
 #
 # PHOTON_CUDA = AUTO (default): built when a CUDA compiler (nvcc) is found; ON: required;
 # OFF: not built. Code for sm_80 (A100 and newer Ampere/Ada via binary compatibility) and sm_90
@@ -51,19 +54,37 @@ if(PHOTON_CUDA_ENABLED)
 
   file(GLOB PHOTON_CUDA_SOURCES CONFIGURE_DEPENDS
     ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cu ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cpp)
+  list(FILTER PHOTON_CUDA_SOURCES EXCLUDE REGEX "/module\\.cpp$")
   add_library(photon_cuda STATIC ${PHOTON_CUDA_SOURCES})
-  # Only header-only parts of src/core are used, so photon_cuda does not depend on libphoton and
-  # the engine can link it.
+  # Only header-only parts of src/core and src/backend are used, so photon_cuda does not depend on
+  # libphoton: the module carries everything it runs.
   target_include_directories(photon_cuda PUBLIC ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src)
   target_link_libraries(photon_cuda PUBLIC CUDA::cudart CUDA::cublasLt)
   target_compile_features(photon_cuda PUBLIC cxx_std_20)
+  # Hidden: the module exports its entry point alone (photon::Error says otherwise for itself).
   set_target_properties(photon_cuda PROPERTIES
     POSITION_INDEPENDENT_CODE ON
-    CUDA_RUNTIME_LIBRARY Shared)
-  target_compile_options(photon_cuda PRIVATE
+    CUDA_RUNTIME_LIBRARY Shared
+    CXX_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+  set(_photon_cuda_warnings
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wshadow -Wno-unused-parameter>
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wshadow,-Wno-unused-parameter>
     $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${PHOTON_WERROR}>>:-Werror>
     $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${PHOTON_WERROR}>>:-Werror=all-warnings>
     $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${PHOTON_WERROR}>>:-Xcompiler=-Werror>)
+  target_compile_options(photon_cuda PRIVATE ${_photon_cuda_warnings})
+
+  # The module: build/lib/libphoton-cuda.so next to libphoton.so. Undefined symbols fail the link
+  # here rather than the dlopen on a user's machine. Installed, it finds the CUDA libraries at the
+  # toolkit path it was linked against (or through the loader's usual search).
+  add_library(photon_cuda_module MODULE ${CMAKE_SOURCE_DIR}/src/backend/cuda/module.cpp)
+  target_link_libraries(photon_cuda_module PRIVATE photon_cuda)
+  target_link_options(photon_cuda_module PRIVATE -Wl,--no-undefined)
+  target_compile_options(photon_cuda_module PRIVATE ${_photon_cuda_warnings})
+  set_target_properties(photon_cuda_module PROPERTIES
+    OUTPUT_NAME photon-cuda PREFIX lib
+    LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib
+    CUDA_RUNTIME_LIBRARY Shared
+    CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
+    INSTALL_RPATH_USE_LINK_PATH ON)
 endif()

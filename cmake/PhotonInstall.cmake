@@ -11,6 +11,10 @@ install(TARGETS photon EXPORT photonTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT Runtime NAMELINK_COMPONENT Development
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT Development
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT Runtime)
+# The CUDA backend module, next to libphoton where it looks for it.
+if(TARGET photon_cuda_module)
+  install(TARGETS photon_cuda_module LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT Runtime)
+endif()
 install(FILES ${PROJECT_SOURCE_DIR}/include/photon.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT Development)
 install(FILES ${PROJECT_SOURCE_DIR}/models/photon-kjv.photon

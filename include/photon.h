@@ -22,7 +22,8 @@
  *   once (create sessions, tokenize, score). A photon_session must be used by one thread at a time;
  *   different sessions may run on different threads concurrently. The exceptions are documented per
  *   call (photon_session_cancel may be called from any thread). Options objects are not shared.
- *   photon_last_error() is per thread.
+ *   photon_last_error() is per thread. On a GPU, the work of all threads on one model is issued to
+ *   one device stream under a lock: threads are safe, and their steps take turns on the device.
  *
  * Compatibility
  *   The ABI grows only by adding functions and enum values. Settings live in opaque options objects
@@ -143,7 +144,7 @@ typedef struct photon_load_options photon_load_options;
  * cancel the load (photon_model_load then returns PHOTON_ERR_CANCELLED). */
 typedef int (*photon_progress_callback)(void *user_data, float fraction);
 
-/* Creates load options holding the defaults (no progress callback). */
+/* Creates load options holding the defaults (no progress callback, device "cpu"). */
 PHOTON_API photon_status photon_load_options_create(photon_load_options **out);
 /* Frees load options; NULL is accepted. */
 PHOTON_API void photon_load_options_free(photon_load_options *options);
@@ -151,19 +152,41 @@ PHOTON_API void photon_load_options_free(photon_load_options *options);
 PHOTON_API photon_status photon_load_options_set_progress(photon_load_options *options,
                                                           photon_progress_callback callback,
                                                           void *user_data);
+/* Sets the device the model runs on:
+ *   "cpu"     the CPU (the default): f32 arithmetic, results reproducible on every machine;
+ *   "cuda"    the first CUDA GPU, "cuda:N" GPU number N (compute capability 8.0 or newer);
+ *   "auto"    the first CUDA GPU when one can be used, else the CPU.
+ * On a GPU the weights are uploaded once, on first use, as bf16 (f16 files keep f16, f32 files are
+ * converted), and products accumulate in f32; log-probabilities then differ from the CPU's by up
+ * to a few 1e-2, and a greedy token can differ where two candidates are that close. KV caches live
+ * in device memory, allocated for each session's whole context when it is created. The CUDA
+ * backend is the module libphoton-cuda.so, loaded by photon_model_load when a GPU is asked for
+ * (found next to libphoton, or at $PHOTON_CUDA_MODULE); libphoton itself needs no CUDA library.
+ * Any other text fails here with PHOTON_ERR_INVALID_ARGUMENT; whether the device can be had is
+ * decided by photon_model_load. Status: the CUDA backend is built and tested against the CPU by
+ * tests that need a GPU, and those have not run yet (docs/cuda.md). */
+PHOTON_API photon_status photon_load_options_set_device(photon_load_options *options,
+                                                        const char *device);
 
 /* Loads and fully verifies a .photon model file: the FlatBuffers header, every size against the real
- * file length, and the tensor set against the configuration (names, shapes, dtypes). f32 weights are
- * memory-mapped and used in place; f16 / bf16 weights are widened to f32 for the CPU engine.
+ * file length, and the tensor set against the configuration (names, shapes, dtypes). On the CPU, f32
+ * weights are memory-mapped and used in place; f16 / bf16 weights are widened to f32 once.
  * options may be NULL for the defaults. On success *out owns the model; free it with photon_model_free.
  * Fails with PHOTON_ERR_IO, _BAD_IDENTIFIER, _UNSUPPORTED_VERSION, _TRUNCATED, _CORRUPT,
  * _SIZE_OVERFLOW, _TENSOR_BOUNDS, _TENSOR_SHAPE, _TENSOR_SET, _BAD_CONFIG, _TOKENIZER, _CANCELLED or
- * _OUT_OF_MEMORY, with a message naming the file and, where one is at fault, the tensor. */
+ * _OUT_OF_MEMORY, with a message naming the file and, where one is at fault, the tensor. With device
+ * "cuda" or "cuda:N" it fails with PHOTON_ERR_DEVICE when the GPU cannot be had, and the message
+ * says what is missing: a CUDA build ("no CUDA build": libphoton-cuda.so is not installed), the CUDA
+ * libraries the module needs ("no CUDA runtime"), a usable NVIDIA driver ("no CUDA driver") or the
+ * device ("no CUDA device"). */
 PHOTON_API photon_status photon_model_load(const char *path, const photon_load_options *options,
                                            photon_model **out);
 
 /* Frees a model; NULL is accepted. Every session of the model must have been freed first. */
 PHOTON_API void photon_model_free(photon_model *model);
+
+/* The device the model runs on: "cpu" or "cuda:N" (what "auto" chose). "" for NULL. */
+PHOTON_API const char *photon_model_device(const photon_model *model);
 
 /* "photon" or "vanilla". Returns "" for NULL. */
 PHOTON_API const char *photon_model_arch(const photon_model *model);
@@ -331,7 +354,8 @@ PHOTON_API photon_status photon_session_options_set_mode(photon_session_options 
 /* Maximum tokens the session will hold (prompt plus generated), 1 .. the model's context length;
  * 0 means the model's. Caches are allocated for this length up front, never per token; on the CPU
  * the operating system backs them with memory only as positions are filled, so an unused context
- * costs address space, not resident memory. */
+ * costs address space, not resident memory. On a GPU the whole context is device memory from the
+ * start, so give the length the session needs. */
 PHOTON_API photon_status photon_session_options_set_context_length(photon_session_options *options,
                                                                    int32_t context_length);
 /* Sampling. Each token is chosen from the model's logits l (one per vocabulary id) in this order:
@@ -386,7 +410,9 @@ PHOTON_API photon_status photon_session_options_add_stop_string(photon_session_o
                                                                 const char *stop);
 
 /* Creates a session over a model. options may be NULL for the defaults. Fails with
- * PHOTON_ERR_UNSUPPORTED for RecGen on vanilla or on a one-level PHOTON model. */
+ * PHOTON_ERR_UNSUPPORTED for RecGen on vanilla or on a one-level PHOTON model, and with
+ * PHOTON_ERR_OUT_OF_MEMORY when its caches do not fit (on a GPU: the device's memory); the model
+ * and its other sessions stay usable then. */
 PHOTON_API photon_status photon_session_create(const photon_model *model,
                                                const photon_session_options *options,
                                                photon_session **out);
@@ -539,8 +565,12 @@ PHOTON_API photon_status photon_session_generate_batch(photon_session *const *se
  * tokenizer, mode, token history, sampler settings and random generator state, and the caches needed
  * to continue (RecGen: the top-level cache and the open windows; HierGen: every level's encoder
  * cache and the open windows). A restored session continues exactly as this one would have, in any
- * process. If capacity is too small (buffer may be NULL), returns PHOTON_ERR_BUFFER_TOO_SMALL with
- * *size set to the bytes needed; otherwise *size receives the bytes written. */
+ * process. States are portable between devices: caches are saved in f32 whatever the device, so a
+ * state saved on a GPU restores on the CPU and the other way round; it then continues with the
+ * other device's arithmetic (log-probabilities within a few 1e-2 of what the first device would
+ * have given, see photon_load_options_set_device). If capacity is too small (buffer may be NULL),
+ * returns PHOTON_ERR_BUFFER_TOO_SMALL with *size set to the bytes needed; otherwise *size receives
+ * the bytes written. */
 PHOTON_API photon_status photon_session_save(photon_session *session, void *buffer, size_t capacity,
                                              size_t *size);
 /* As photon_session_save, to a file (written to a temporary name and renamed). */

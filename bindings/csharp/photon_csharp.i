@@ -200,6 +200,7 @@ PHOTON_CSHARP_ARRAY(photon::Logprobs, float, floats)
 %rename(Get ## NAME) CLASS::GETTER;
 %csmethodmodifiers CLASS::GETTER "internal";
 %enddef
+PHOTON_CSHARP_GETTER(photon::Model, device, Device)
 PHOTON_CSHARP_GETTER(photon::Model, arch, Arch)
 PHOTON_CSHARP_GETTER(photon::Model, levels, Levels)
 PHOTON_CSHARP_GETTER(photon::Model, parameter_count, ParameterCount)
@@ -213,6 +214,8 @@ PHOTON_CSHARP_GETTER(photon::Session, stop_reason, StopReason)
 PHOTON_CSHARP_GETTER(photon::Session, position, Position)
 
 %typemap(cscode) photon::Model %{
+  // "cpu" or "cuda:N": where the model runs.
+  public string Device => GetDevice();
   public string Arch => GetArch();
   public int Levels => GetLevels();
   public ulong ParameterCount => GetParameterCount();

@@ -114,10 +114,14 @@ type Model struct {
 	native native.Model // nil once closed
 }
 
-// Load loads and verifies a .photon model file.
-func Load(path string) (*Model, error) {
+// Load loads and verifies a .photon model file, to run on the CPU.
+func Load(path string) (*Model, error) { return LoadOn(path, "cpu") }
+
+// LoadOn loads and verifies a .photon model file, to run on a device: "cpu", "cuda", "cuda:N" or
+// "auto" (a GPU when one is usable, else the CPU).
+func LoadOn(path, device string) (*Model, error) {
 	var loaded native.Model
-	if err := call(func() { loaded = native.NewModel(path) }); err != nil {
+	if err := call(func() { loaded = native.NewModel(path, device) }); err != nil {
 		return nil, err
 	}
 	m := &Model{native: loaded}
@@ -143,6 +147,9 @@ func modelValue[T any](m *Model, get func(native.Model) T) (value T) {
 	}
 	return value
 }
+
+// Device is where the model runs: "cpu" or "cuda:N".
+func (m *Model) Device() string { return modelValue(m, native.Model.Device) }
 
 // Arch is "photon" or "vanilla".
 func (m *Model) Arch() string { return modelValue(m, native.Model.Arch) }

@@ -12,6 +12,7 @@
 %define PHOTON_PYTHON_GETTER(CLASS, GETTER)
 %rename(_ ## GETTER) CLASS::GETTER;
 %enddef
+PHOTON_PYTHON_GETTER(photon::Model, device)
 PHOTON_PYTHON_GETTER(photon::Model, arch)
 PHOTON_PYTHON_GETTER(photon::Model, levels)
 PHOTON_PYTHON_GETTER(photon::Model, parameter_count)
@@ -35,6 +36,14 @@ PHOTON_PYTHON_GETTER(photon::Session, is_closed)
 %}
 %pythonprepend photon::Session::set_sampler %{
     _require(options, SessionOptions, "options")
+%}
+/* One constructor, with the device defaulted here (Model(path) serves the other languages). */
+%ignore photon::Model::Model(const std::string &);
+%feature("shadow") photon::Model::Model(const std::string &, const std::string &) %{
+    def __init__(self, path, device="cpu"):
+        """Loads and verifies a .photon file (str, bytes or os.PathLike), to run on device:
+        "cpu" (the default), "cuda", "cuda:N" or "auto" (a GPU when one is usable)."""
+        _native.Model_swiginit(self, _native.new_Model(path, device))
 %}
 %feature("shadow") photon::Model::tokenize %{
     def tokenize(self, text, add_bos=True):
@@ -112,6 +121,7 @@ def _require_callable(on_token):
     __enter__ = _ClosingMixin.__enter__
     __exit__ = _ClosingMixin.__exit__
     closed = property(_is_closed, doc="True once close() has released the model.")
+    device = property(_device, doc='Where the model runs: "cpu" or "cuda:N".')
     arch = property(_arch, doc='"photon" or "vanilla".')
     levels = property(_levels, doc="Number of PHOTON levels (0 for vanilla).")
     parameter_count = property(_parameter_count)

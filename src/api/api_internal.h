@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/sampling.h"
@@ -18,11 +19,13 @@
 
 struct photon_model {
   std::unique_ptr<photon::Model> model;
+  std::string device;  // the backend's name, for photon_model_device
 };
 
 struct photon_load_options {
   photon_progress_callback progress = nullptr;
   void* progress_user = nullptr;
+  photon::DeviceChoice device;
 };
 
 struct photon_session_options {

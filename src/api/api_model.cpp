@@ -46,6 +46,14 @@ photon_status photon_load_options_set_progress(photon_load_options* options,
   });
 }
 
+photon_status photon_load_options_set_device(photon_load_options* options, const char* device) {
+  return guard([&] {
+    require(options, "photon_load_options_set_device", "options is NULL");
+    require(device, "photon_load_options_set_device", "device is NULL");
+    options->device = photon::parse_device(device, "photon_load_options_set_device");
+  });
+}
+
 photon_status photon_model_load(const char* path, const photon_load_options* options,
                                 photon_model** out) {
   return guard([&] {
@@ -56,13 +64,19 @@ photon_status photon_model_load(const char* path, const photon_load_options* opt
       progress = [options](float f) { return options->progress(options->progress_user, f) == 0; };
     }
     auto handle = std::make_unique<photon_model>();
-    handle->model = photon::Model::load(path, progress);
+    handle->model =
+        photon::Model::load(path, progress, options ? options->device : photon::DeviceChoice{});
+    handle->device = handle->model->backend().name();
     *out = handle.release();
   });
 }
 
 void photon_model_free(photon_model* model) {
   delete model;
+}
+
+const char* photon_model_device(const photon_model* model) {
+  return model ? model->device.c_str() : "";
 }
 
 const char* photon_model_arch(const photon_model* model) {

@@ -40,9 +40,10 @@ struct WriteSettings {
   photon_dtype dtype = PHOTON_DTYPE_F32;
   uint64_t seed = 0;
 };
-// Loads the model, first writing it with random weights for a preset or config (reused when a
-// file of the same configuration, dtype and seed is already in settings.dir).
-BenchModel open_model(const ModelSource& source, const WriteSettings& settings);
+// Loads the model onto `device`, first writing it with random weights for a preset or config
+// (reused when a file of the same configuration, dtype and seed is already in settings.dir).
+BenchModel open_model(const ModelSource& source, const WriteSettings& settings,
+                      const std::string& device);
 
 // A session of the protocol: the row's mode, `context` tokens of cache allocated up front, EOS
 // ignored, temperature 1 with a fixed seed.

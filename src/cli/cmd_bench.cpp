@@ -138,6 +138,7 @@ Record base_record(const char* study, const BenchModel& model, Row row) {
   record["levels"] = model.levels;
   record["parameters"] = model.parameters;
   record["mode"] = bench::row_name(row);
+  record["device"] = photon_model_device(model.model.get());
   record["cpu"] = bench::cpu_name();
   record["hardware_threads"] = bench::hardware_threads();
   record["load_average"] = bench::load_average();
@@ -497,7 +498,7 @@ int run_bench(const std::vector<std::string>& argv) {
   // clang-format off
   Args args({{"study"}, {"model", 'm'}, {"preset"}, {"config"}, {"model-dir"}, {"dtype"}, {"seed"},
              {"mode"}, {"regime"}, {"batch"}, {"memory-budget"}, {"max-batch"}, {"contexts"},
-             {"decode-tokens"}, {"context"}, {"json"}, {"markdown"}, {"tables-from"}},
+             {"decode-tokens"}, {"context"}, {"device"}, {"json"}, {"markdown"}, {"tables-from"}},
             0);
   // clang-format on
   args.parse(argv);
@@ -517,7 +518,7 @@ int run_bench(const std::vector<std::string>& argv) {
 
   std::vector<BenchModel> models;
   for (const bench::ModelSource& source : plan.sources) {
-    models.push_back(bench::open_model(source, plan.write));
+    models.push_back(bench::open_model(source, plan.write, device_option(args)));
   }
   size_t runs = 0;
   for (const BenchModel& model : models) {
@@ -573,6 +574,8 @@ const Command kBenchCommand = {
     "  --dtype f32|f16|bf16  storage type of written models (default f32)\n"
     "  --seed S              seed of the weights, prompts and samplers (default 0)\n"
     "  --mode MODE           only vanilla, block, hiergen or recgen runs (repeatable)\n"
+    "  --device DEV          cpu (default), cuda, cuda:N or auto; on a GPU the memory columns\n"
+    "                        count host memory only, and --memory-budget sizes by host memory\n"
     "\n"
     "throughput:\n"
     "  --regime R            pf (2048 prompt / 128 generated), de (128 / 2048) or "

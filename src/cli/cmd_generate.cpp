@@ -137,16 +137,17 @@ int on_token(void* user_data, int32_t token, const char* piece, size_t piece_len
 }
 
 // `chosen`: how the mode was chosen, when the user did not name it.
-void print_summary(const photon_session* session, const char* chosen, photon_stop_reason reason,
-                   const Stream& stream, size_t prompt_tokens, double prefill_seconds,
-                   double generate_seconds) {
+void print_summary(const photon_model* model, const photon_session* session, const char* chosen,
+                   photon_stop_reason reason, const Stream& stream, size_t prompt_tokens,
+                   double prefill_seconds, double generate_seconds) {
   const double rate =
       generate_seconds > 0 ? static_cast<double>(stream.tokens.size()) / generate_seconds : 0.0;
   std::fprintf(stderr,
-               "photon generate: %s%s, prompt %zu tokens in %.3f s, generated %zu tokens in %.3f s "
-               "(%.1f tok/s), stop: %s\n",
-               mode_name(photon_session_mode(session)), chosen, prompt_tokens, prefill_seconds,
-               stream.tokens.size(), generate_seconds, rate, stop_reason_name(reason));
+               "photon generate: %s%s on %s, prompt %zu tokens in %.3f s, generated %zu tokens in "
+               "%.3f s (%.1f tok/s), stop: %s\n",
+               mode_name(photon_session_mode(session)), chosen, photon_model_device(model),
+               prompt_tokens, prefill_seconds, stream.tokens.size(), generate_seconds, rate,
+               stop_reason_name(reason));
 }
 
 constexpr int kInterruptedExitCode = 130;  // the shell's 128 + SIGINT convention
@@ -169,6 +170,7 @@ int run_generate(const std::vector<std::string>& argv) {
              {"save-session"},
              {"resume"},
              {"ignore-eos", 0, false},
+             {"device"},
              {"json", 0, false}},
             0);
   args.parse(argv);
@@ -192,7 +194,7 @@ int run_generate(const std::vector<std::string>& argv) {
   const SessionOptionsPtr options = session_options(args);
   const std::string path = model_path(args);
 
-  const ModelPtr model = load_model(path);
+  const ModelPtr model = load_model(path, device_option(args));
   if (args.has("prompt")) prompt = tokenize(model.get(), *args.value("prompt"), !resume);
   if (!resume && prompt.empty()) throw RuntimeFailure("the prompt gives no tokens");
   const int32_t model_context = photon_model_context_length(model.get());
@@ -269,6 +271,7 @@ int run_generate(const std::vector<std::string>& argv) {
     out["stop_reason"] = stop_reason_name(reason);
     out["prompt_tokens"] = prompt.size();
     out["mode"] = mode_name(photon_session_mode(session.get()));
+    out["device"] = photon_model_device(model.get());
     std::printf("%s\n", out.dump().c_str());
   } else {
     const std::chrono::duration<double> prefill_time = prefilled - start;
@@ -276,8 +279,8 @@ int run_generate(const std::vector<std::string>& argv) {
     const char* chosen = resume             ? " (the saved session's mode)"
                          : args.has("mode") ? ""
                                             : " (the model's default)";
-    print_summary(session.get(), chosen, reason, stream, prompt.size(), prefill_time.count(),
-                  generate_time.count());
+    print_summary(model.get(), session.get(), chosen, reason, stream, prompt.size(),
+                  prefill_time.count(), generate_time.count());
   }
   std::fflush(stdout);
   return reason == PHOTON_STOP_CANCELLED ? kInterruptedExitCode : 0;
@@ -310,12 +313,15 @@ const Command kGenerateCommand = {
     "  --stop STR           stop once the generated text contains STR (repeatable)\n"
     "  --ctx N              session context length, at most the model's (default: the model's)\n"
     "  --ignore-eos         keep generating past the end-of-sequence token\n"
+    "  --device DEV         cpu (default), cuda, cuda:N (GPU N) or auto (a GPU when one is\n"
+    "                       usable, else the CPU); on a GPU, bf16 weights and the whole --ctx\n"
+    "                       in device memory\n"
     "  --save-session FILE  save the session's state at the end (resume it with --resume)\n"
     "  --resume FILE        continue a saved session: its mode, context and sampler settings\n"
     "                       apply, sampling flags given here override them; -p / --tokens add\n"
     "                       more prompt first (no BOS)\n"
     "  --json               after the text, one JSON line: tokens, logprobs, stop_reason,\n"
-    "                       prompt_tokens, mode\n",
+    "                       prompt_tokens, mode, device\n",
     run_generate};
 
 }  // namespace photon::cli

@@ -18,9 +18,14 @@ std::string piece_label(const photon_model* model, int32_t token) {
 }
 
 int run_score(const std::vector<std::string>& argv) {
-  Args args(
-      {{"model", 'm'}, {"tokens"}, {"file", 'f'}, {"mode"}, {"prompt-tokens"}, {"json", 0, false}},
-      0);
+  Args args({{"model", 'm'},
+             {"tokens"},
+             {"file", 'f'},
+             {"mode"},
+             {"prompt-tokens"},
+             {"device"},
+             {"json", 0, false}},
+            0);
   args.parse(argv);
   if (args.has("tokens") == args.has("file")) {
     throw UsageError("give exactly one of --tokens IDS and -f FILE");
@@ -36,7 +41,7 @@ int run_score(const std::vector<std::string>& argv) {
   // Read the text before loading the model so that a missing file fails fast.
   const std::string text = args.has("file") ? read_file(*args.value("file"), "text") : "";
 
-  ModelPtr model = load_model(path);
+  ModelPtr model = load_model(path, device_option(args));
   if (args.has("file")) tokens = tokenize(model.get(), text, true);
   if (tokens.empty()) throw RuntimeFailure("nothing to score: the text gives no tokens");
   const int32_t context = photon_model_context_length(model.get());
@@ -100,7 +105,7 @@ int run_score(const std::vector<std::string>& argv) {
 const Command kScoreCommand = {
     "score", "log-probabilities, NLL and perplexity of a text or token ids",
     "usage: photon score -m M.photon (--tokens 1,2,3 | -f text.txt) [--mode MODE]\n"
-    "                    [--prompt-tokens K] [--json]\n"
+    "                    [--prompt-tokens K] [--device DEV] [--json]\n"
     "\n"
     "Scores a sequence: the log-probability of every token given the ones before it (the first\n"
     "token is not predicted). NLL = -sum of the logprobs; perplexity = exp(NLL / (T - 1)) over T\n"
@@ -115,6 +120,7 @@ const Command kScoreCommand = {
     "                       later token as one it sampled (PHOTON with L >= 2)\n"
     "  --prompt-tokens K    the prompt's length for --mode recgen (default 1); the logprobs of\n"
     "                       tokens 2..K+1 are teacher forcing's in every mode\n"
+    "  --device DEV         cpu (default), cuda, cuda:N or auto (a GPU when one is usable)\n"
     "  --json               one JSON object: tokens, logprobs (null first), nll, perplexity\n",
     run_score};
 

@@ -38,10 +38,15 @@ std::string model_path(const Args& args) {
   throw UsageError("no model given: pass -m MODEL or set PHOTON_MODEL");
 }
 
-ModelPtr load_model(const std::string& path) {
+std::string device_option(const Args& args) {
+  return args.value("device").value_or("cpu");
+}
+
+ModelPtr load_model(const std::string& path, const std::string& device) {
   photon_load_options* raw_options = nullptr;
   check(photon_load_options_create(&raw_options), "cannot create load options");
   LoadOptionsPtr options(raw_options);
+  check_setting(photon_load_options_set_device(options.get(), device.c_str()), "--device");
   ProgressBar bar("loading");
   check(photon_load_options_set_progress(options.get(), &ProgressBar::callback, &bar),
         "cannot set load progress");

@@ -1,5 +1,7 @@
 // Internal error type. Code inside the library throws photon::Error; the C API boundary
-// (src/api) turns it into a photon_status plus the thread's last-error message.
+// (src/api) turns it into a photon_status plus the thread's last-error message. The CUDA backend
+// module (libphoton-cuda.so) throws it too, into libphoton: its type information has default
+// visibility so that both libraries agree on the type whatever their visibility settings.
 #pragma once
 
 #include <stdexcept>
@@ -9,7 +11,7 @@
 
 namespace photon {
 
-class Error : public std::runtime_error {
+class __attribute__((visibility("default"))) Error : public std::runtime_error {
  public:
   Error(photon_status status, const std::string& message)
       : std::runtime_error(message), status_(status) {}

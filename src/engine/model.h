@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/device.h"
 #include "format/model_file.h"
 #include "tokenizer/tokenizer.h"
 
@@ -15,7 +16,9 @@ struct Weights;
 
 class Model {
  public:
-  static std::unique_ptr<Model> load(const std::string& path, const ProgressFn& progress);
+  // Verifies the file and creates the backend of `device` (backend/device.h).
+  static std::unique_ptr<Model> load(const std::string& path, const ProgressFn& progress,
+                                     const DeviceChoice& device = {});
   ~Model();
 
   const ModelFile& file() const { return *file_; }
@@ -24,7 +27,7 @@ class Model {
   const std::string& config_json() const { return config_json_; }
   Backend& backend() const { return *backend_; }
   // Weights are bound on first use (thread-safe), so that inspecting a multi-GiB f16 file never
-  // converts it; f32 files are used in place from the mapping.
+  // converts or uploads it; the CPU uses f32 files in place from the mapping.
   const Weights& weights() const;
 
  private:

@@ -4,7 +4,7 @@
 usage: test_cli.py --photon BIN --work-dir DIR GROUP
 
 GROUP is `setup` (writes the models the other groups use) or one of usage, errors, inspect,
-convert, score, generate, interrupt, resume, bench. Standard library only. Prints "N passed,
+convert, score, generate, interrupt, resume, bench, device. Standard library only. Prints "N passed,
 N failed" and exits non-zero when a check failed.
 """
 
@@ -678,8 +678,42 @@ def group_bench():
     expect_failure(photon("bench", "--preset", "photon-9t"), 2, "bench", "photon-9t")
 
 
+def group_device():
+    """--device: the CPU by default and by name; auto lands on a usable device; cuda runs, or fails
+    in one line naming what is missing; a value that is no device is a usage error."""
+    m = model("photon-small")
+    prompt = ["--tokens", "1,2,3", "-n", 6, "--ignore-eos"]
+    _, default = generate(*prompt)
+    _, cpu = generate(*prompt, "--device", "cpu")
+    check(default.get("device") == "cpu" and cpu == default, "cpu is the default: %s" % cpu)
+    _, auto = generate(*prompt, "--device", "auto")
+    check(auto.get("device") == "cpu" or auto.get("device", "").startswith("cuda:"),
+          "auto picks cpu or a GPU: %s" % auto)
+    cuda = photon("generate", "-m", m, *prompt, "--device", "cuda", "--json")
+    if cuda.rc == 0:
+        check(split_generate(cuda)[1].get("device", "").startswith("cuda:"), "runs on a GPU")
+    else:
+        named = [w for w in ("no CUDA build", "no CUDA runtime", "no CUDA driver",
+                             "no CUDA device") if w in cuda.err]
+        expect_failure(cuda, 1, "generate", "PHOTON_ERR_DEVICE")
+        check(len(named) == 1, "the message names what is missing: " + cuda.err)
+    missing = photon("score", "-m", m, "--tokens", "1,2,3", "--device", "cuda",
+                     env=clean_env(PHOTON_CUDA_MODULE="/nonexistent/libphoton-cuda.so"))
+    expect_failure(missing, 1, "score", "no CUDA build")
+    expect_failure(photon("generate", "-m", m, *prompt, "--device", "gpu"), 2, "generate",
+                   "--device")
+    expect_failure(photon("score", "-m", m, "--tokens", "1,2", "--device", "cuda:x"), 2, "score",
+                   "--device")
+    expect_failure(photon("bench", "-m", m, "--device", "cuda:"), 2, "bench", "--device")
+    runs = bench("--regime", "4:4", "--mode", "recgen", "--device", "cpu")
+    check(len(runs) == 1 and runs[0].get("device") == "cpu", "bench records the device")
+    for command in ("generate", "score", "bench"):
+        check("--device DEV" in photon(command, "--help").out, "%s --help shows --device" % command)
+
+
 GROUPS = {
     "bench": group_bench,
+    "device": group_device,
     "resume": group_resume,
     "setup": group_setup, "usage": group_usage, "errors": group_errors,
     "inspect": group_inspect, "convert": group_convert, "score": group_score,

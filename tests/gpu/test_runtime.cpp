@@ -35,6 +35,19 @@ TEST(GpuErrors, FailuresBecomeStatusesNamingTheCall) {
   EXPECT_EQ(status_of([] { cuda::check_cublas(CUBLAS_STATUS_NOT_SUPPORTED, "x"); }),
             PHOTON_ERR_DEVICE);
   EXPECT_EQ(status_of([] { cuda::check_cuda(cudaSuccess, "x"); }), PHOTON_OK);
+  // Failures the runtime's text leaves the caller helpless with say what to do.
+  const auto message = [](cudaError_t status) {
+    try {
+      cuda::check_cuda(status, "x");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message(cudaErrorIllegalAddress).find("restart"), std::string::npos);
+  EXPECT_NE(message(cudaErrorNoKernelImageForDevice).find("CMAKE_CUDA_ARCHITECTURES"),
+            std::string::npos);
+  EXPECT_EQ(message(cudaErrorInvalidValue).find("restart"), std::string::npos);
 }
 
 // Runs only without a device (CI): asking for one is an error, not an abort.

@@ -56,8 +56,9 @@ inline ModelConfig tiny_vanilla() {
   return c;
 }
 
-// Writes `config` with deterministic, trained-like random weights to `path`.
-inline void write_test_model(const ModelConfig& config, const std::string& path, uint64_t seed) {
+// Writes `config` with deterministic, trained-like random weights to `path`, stored as `dtype`.
+inline void write_test_model(const ModelConfig& config, const std::string& path, uint64_t seed,
+                             DType dtype = DType::F32) {
   std::vector<WriteTensor> tensors;
   uint64_t stream = seed;
   for (const TensorSpec& spec : expected_tensors(config)) {
@@ -91,7 +92,9 @@ inline void write_test_model(const ModelConfig& config, const std::string& path,
   }
   const std::string tokenizer = pad_tokenizer_model(
       read_binary(PHOTON_SOURCE_DIR "/tests/data/tiny.model"), config.vocab_size, "tiny.model");
-  write_model_file(path, config, tokenizer, tensors, WriteOptions{});
+  WriteOptions options;
+  options.dtype = dtype;
+  write_model_file(path, config, tokenizer, tensors, options);
 }
 
 }  // namespace photon::testing

@@ -54,6 +54,29 @@ void attention_launch(const float* q, const AttentionShape& shape, const Attenti
                       int n_segments, int n_rows, int splits, float* partials, float* out,
                       cudaStream_t stream);
 
+// ---- tiled (flash-style) kernel for long segments: prefill ----
+// A block takes a tile of kAttentionTileRows query rows of one segment for one query head, and
+// walks the keys in tiles of 32 that it loads into shared memory once for all its rows, with an
+// online softmax per row: each cached key is read once per tile of rows instead of once per row.
+// f32 arithmetic throughout, like the row kernel. Needs head_dim % 4 == 0 and head_dim <=
+// kMaxTiledHeadDim (attention_tiled_supports).
+constexpr int kAttentionTileRows = 32;
+constexpr int kMaxTiledHeadDim = 128;
+
+// Rows [first, first + kAttentionTileRows) of segments[segment] (fewer at the segment's end).
+struct AttentionTile {
+  int segment = 0;
+  int first = 0;
+};
+
+bool attention_tiled_supports(const AttentionShape& shape);
+
+// q, out as attention_launch; segments and tiles: device descriptors. Rows of segments that no
+// tile covers are left untouched.
+void attention_tiled_launch(const float* q, const AttentionShape& shape,
+                            const AttentionSegment* segments, const AttentionTile* tiles,
+                            int n_tiles, float* out, cudaStream_t stream);
+
 // Convenience for host descriptors: stages them and the partials in `scratch` (returned before
 // this returns), chooses the splits unless `splits` > 0, and launches.
 void attention(const float* q, const AttentionShape& shape,

@@ -7,8 +7,6 @@
 
 namespace photon::cuda {
 
-namespace {
-
 std::string describe_bytes(size_t bytes) {
   char text[64];
   if (bytes >= (size_t{1} << 30))
@@ -19,8 +17,6 @@ std::string describe_bytes(size_t bytes) {
     std::snprintf(text, sizeof text, "%zu bytes", bytes);
   return text;
 }
-
-}  // namespace
 
 DeviceBuffer::DeviceBuffer(size_t bytes, std::string_view what) : bytes_(bytes) {
   if (bytes == 0) return;

@@ -12,6 +12,9 @@
 
 namespace photon::cuda {
 
+// "1.50 GiB", "12.00 MiB" or "300 bytes", for messages.
+std::string describe_bytes(size_t bytes);
+
 // cudaMalloc'd memory, freed on destruction. Fails with PHOTON_ERR_OUT_OF_MEMORY naming `what`
 // and the size when the device cannot hold it.
 class DeviceBuffer {

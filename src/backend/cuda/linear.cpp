@@ -43,7 +43,7 @@ cudaDataType_t cuda_type(DType t) {
 
 const char* type_name(DType t) {
   switch (t) {
-    case DType::F32: return "f32 (TF32)";
+    case DType::F32: return "f32";
     case DType::F16: return "f16";
     case DType::BF16: return "bf16";
   }
@@ -67,7 +67,8 @@ void set_preference(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAtt
 
 }  // namespace
 
-Gemm::Gemm(size_t workspace_bytes) : workspace_(workspace_bytes, "cuBLASLt workspace") {
+Gemm::Gemm(size_t workspace_bytes, bool tf32)
+    : tf32_(tf32), workspace_(workspace_bytes, "cuBLASLt workspace") {
   PHOTON_CUBLAS_CHECK(cublasLtCreate(&handle_));
 }
 
@@ -82,7 +83,7 @@ Gemm::Plan& Gemm::plan_for(const PlanKey& key) {
                               "] = x W^T with " + type_name(key.dtype) + " weights [" +
                               std::to_string(key.out) + ", " + std::to_string(key.in) + "]";
   auto plan = std::make_unique<Plan>();
-  const bool tf32 = key.dtype == DType::F32;
+  const bool tf32 = key.dtype == DType::F32 && tf32_;
   PHOTON_CUBLAS_CHECK(cublasLtMatmulDescCreate(
       &plan->op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_op(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);

@@ -5,7 +5,8 @@
 // - bf16 (or f16) weights: x is rounded to the weight's type (nearest even) for the product, so
 //   both operands are 16-bit and the tensor cores run at full rate. Relative error against an f32
 //   product of the same weights: about 2^-9 per activation, ~1e-3 on a row (bf16).
-// - f32 weights: TF32 tensor-core products (10-bit mantissas, f32 accumulation), ~3e-4 relative.
+// - f32 weights: TF32 tensor-core products (10-bit mantissas, f32 accumulation), ~3e-4 relative;
+//   or, for a Gemm made with tf32 = false, plain f32 products (CUDA cores, exact to rounding).
 // The bias is added in f32 by the GEMM's epilogue.
 #pragma once
 
@@ -34,7 +35,7 @@ struct DeviceMatrix {
 // distinct problem, chosen once and reused. Not thread-safe; use one Gemm per stream.
 class Gemm {
  public:
-  explicit Gemm(size_t workspace_bytes = size_t{32} << 20);
+  explicit Gemm(size_t workspace_bytes = size_t{32} << 20, bool tf32 = true);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -60,6 +61,7 @@ class Gemm {
 
   Plan& plan_for(const PlanKey& key);
 
+  bool tf32_;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;

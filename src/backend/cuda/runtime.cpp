@@ -8,6 +8,29 @@ bool is_allocation_failure(cudaError_t status) {
   return status == cudaErrorMemoryAllocation;
 }
 
+// What the caller can do about a failure, where the runtime's own text does not say it.
+std::string advice(cudaError_t status) {
+  switch (status) {
+    // A fault inside a kernel: the process's CUDA context is lost, with every model on it.
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+      return "; a GPU kernel faulted (possibly an earlier one: kernels report asynchronously), and "
+             "CUDA refuses all further work in this process: restart it";
+    case cudaErrorNoKernelImageForDevice:
+    case cudaErrorUnsupportedPtxVersion:
+      return "; this build has no code for the GPU: build again with "
+             "-DCMAKE_CUDA_ARCHITECTURES set to its compute capability (90 for H100 / H200)";
+    default: return "";
+  }
+}
+
 }  // namespace
 
 void check_cuda(cudaError_t status, std::string_view call) {
@@ -17,7 +40,7 @@ void check_cuda(cudaError_t status, std::string_view call) {
   cudaGetLastError();
   const std::string message = "CUDA: " + std::string(call) +
                               " failed: " + cudaGetErrorString(status) + " (" +
-                              cudaGetErrorName(status) + ")";
+                              cudaGetErrorName(status) + ")" + advice(status);
   fail(is_allocation_failure(status) ? PHOTON_ERR_OUT_OF_MEMORY : PHOTON_ERR_DEVICE, message);
 }
 
@@ -75,9 +98,13 @@ Device::Device(int ordinal) {
 
 Device::~Device() {
   if (stream_) {
+    int previous = -1;
+    cudaGetDevice(&previous);
     cudaSetDevice(info_.ordinal);
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
+    if (previous >= 0) cudaSetDevice(previous);
+    cudaGetLastError();
   }
 }
 
@@ -87,6 +114,19 @@ void Device::make_current() const {
 
 void Device::synchronize() const {
   PHOTON_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+DeviceScope::DeviceScope(int ordinal) : ordinal_(ordinal) {
+  if (cudaGetDevice(&previous_) != cudaSuccess) {
+    cudaGetLastError();
+    previous_ = -1;
+  }
+  if (previous_ != ordinal_) PHOTON_CUDA_CHECK(cudaSetDevice(ordinal_));
+}
+
+DeviceScope::~DeviceScope() {
+  if (previous_ >= 0 && previous_ != ordinal_ && cudaSetDevice(previous_) != cudaSuccess)
+    cudaGetLastError();
 }
 
 Graph::~Graph() {

@@ -63,6 +63,20 @@ class Device {
   cudaStream_t stream_ = nullptr;
 };
 
+// Makes a device the calling thread's current one for a scope, and gives the thread its own back
+// at the end, so that a program's own CUDA work on another device is not disturbed.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int ordinal);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
+  int ordinal_;
+};
+
 // Records the work that `record` issues on a stream into a CUDA graph, replayed by launch() with
 // the same pointers and sizes. Recording performs no work. If `record` throws, the capture is
 // abandoned and the stream is usable again.

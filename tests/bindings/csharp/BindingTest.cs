@@ -49,6 +49,7 @@ static class BindingTest {
   static void TestModel(Model model) {
     Check(model.VocabSize > 0 && model.Levels >= 0, "model properties");
     Check(model.Arch == "photon" || model.Arch == "vanilla", model.Arch);
+    Check(model.Device == "cpu", model.Device);
     Check(model.ConfigJson.Contains("\"vocab_size\""), "config");
     int[] ids = model.Tokenize(Prompt);
     Check(ids[0] == model.Bos && model.Detokenize(ids) == Prompt, "tokenize round trip");
@@ -178,6 +179,8 @@ static class BindingTest {
     string missing = Path.Combine(workdir, "missing.photon");
     var e = ExpectError(() => new Model(missing), "missing file", "PHOTON_ERR_IO");
     Check(e.Message.Contains(missing), "the message names the file: " + e.Message);
+    e = ExpectError(() => new Model(modelPath, "gpu"), "bad device", "PHOTON_ERR_INVALID_ARGUMENT");
+    Check(e.Message.Contains("'gpu'"), "the message names the device: " + e.Message);
 
     byte[] data = File.ReadAllBytes(modelPath);
     string truncated = Path.Combine(workdir, "truncated.photon");

@@ -84,6 +84,7 @@ func testModel(model *photon.Model) {
 	check(model.VocabSize() > 0 && (model.Arch() == "photon" || model.Arch() == "vanilla"),
 		"model properties")
 	check(strings.Contains(model.ConfigJSON(), `"vocab_size"`), "config")
+	check(model.Device() == "cpu", "device "+model.Device())
 	tokens := must(model.Tokenize(prompt, true))
 	check(int(tokens[0]) == model.BOS() && must(model.Detokenize(tokens)) == prompt,
 		"tokenize round trip")
@@ -283,6 +284,9 @@ func testErrors(model *photon.Model, modelPath, workdir string) {
 	_, err := photon.Load(missing)
 	check(strings.Contains(expectError(err, "missing file", "PHOTON_ERR_IO").Message, missing),
 		"the message names the file")
+	_, err = photon.LoadOn(modelPath, "gpu")
+	check(strings.Contains(expectError(err, "bad device", "PHOTON_ERR_INVALID_ARGUMENT").Message,
+		"'gpu'"), "the message names the device")
 
 	data := must(os.ReadFile(modelPath))
 	truncated := filepath.Join(workdir, "truncated.photon")

@@ -77,6 +77,7 @@ public final class BindingTest {
   static void testModel(Model model) {
     check(model.vocabSize() > 0 && model.levels() >= 0, "model properties");
     check(model.arch().equals("photon") || model.arch().equals("vanilla"), model.arch());
+    check(model.device().equals("cpu"), model.device());
     check(model.configJson().contains("\"vocab_size\""), "config");
     int[] ids = model.tokenize(PROMPT);
     check(ids[0] == model.bos() && model.detokenize(ids).equals(PROMPT), "tokenize round trip");
@@ -204,6 +205,9 @@ public final class BindingTest {
     String missing = workdir.resolve("missing.photon").toString();
     PhotonException e = expectError(() -> new Model(missing), "missing file", "PHOTON_ERR_IO");
     check(e.getMessage().contains(missing), "the message names the file: " + e.getMessage());
+    e = expectError(() -> new Model(modelPath.toString(), "gpu"), "bad device",
+        "PHOTON_ERR_INVALID_ARGUMENT");
+    check(e.getMessage().contains("'gpu'"), "the message names the device: " + e.getMessage());
 
     byte[] data = Files.readAllBytes(modelPath);
     Path truncated = workdir.resolve("truncated.photon");

@@ -173,6 +173,11 @@ def test_arguments(model, model_path):
     """Paths may be os.PathLike, text may be bytes, and anything else gets a plain message."""
     with photon.Model(pathlib.Path(model_path)) as by_path:
         check(by_path.vocab_size == model.vocab_size, "a pathlib.Path model path")
+    with photon.Model(model_path, device="cpu") as on_cpu:
+        check(on_cpu.device == "cpu" and model.device == "cpu", "the device, cpu by default")
+    error = expect_error(lambda: photon.Model(model_path, "gpu"), "PHOTON_ERR_INVALID_ARGUMENT",
+                         "device 'gpu'")
+    check("'gpu'" in str(error), f"the bad device named: {error}")
     with prompted(model) as from_text, photon.Session(model, sampling()) as from_bytes:
         from_bytes.prefill(PROMPT.encode())
         check(from_bytes.history() == from_text.history(), "a bytes prompt is its UTF-8 text")

@@ -1,0 +1,123 @@
+// The CUDA backend: the backend interface (backend/backend.h) over the kernels of this folder, on
+// one GPU. It is built into the module libphoton-cuda.so (module.cpp), which libphoton loads when
+// a model is asked to run on a GPU.
+//
+// Memory: buffers (weights, KV caches, the runners' workspaces) come from a stream-ordered memory
+// pool of the device that keeps what is freed (cudaMallocFromPoolAsync / cudaFreeAsync with no
+// release threshold), so that sessions created and freed again, and workspaces that grow, reuse
+// device memory without a cudaMalloc or a device synchronization. An op's own scratch (staged
+// descriptors, rounded GEMM operands, attention partials, the sampler's rows) is taken from one
+// arena that grows to the largest step and is rewound after every op, so steady decoding
+// allocates nothing. Small host tables reach the device through a pinned staging buffer, so
+// their copies stay asynchronous.
+//
+// Weights: uploaded once from the mapped file on first use; matrices in bf16 (f16 files keep
+// f16, f32 files are converted, unless exact_f32), vectors (norms, biases, the start latent) in
+// f32. Activations, the residual stream, logits and KV caches are f32.
+//
+// Threads: every op and every allocation or release takes the backend's lock and issues its work
+// on the backend's one stream, so a model may be used by several host threads at once; their
+// steps take turns. Results reach the host only through sample, logprobs and download, which wait
+// for the stream.
+#pragma once
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/buffer.h"
+#include "backend/cuda/linear.h"
+#include "backend/cuda/runtime.h"
+
+namespace photon::cuda {
+
+struct CudaOptions {
+  int ordinal = 0;
+  bool exact_f32 = false;  // DeviceChoice::exact_f32
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaOptions& options);
+  ~CudaBackend() override;
+
+  std::string name() const override;
+
+  std::unique_ptr<Buffer> allocate(size_t bytes, std::string_view what) override;
+  Tensor weight(const HostWeight& source, std::string_view name) override;
+  void upload(const Tensor& dst, const void* src) override;
+  void download(void* dst, const Tensor& src) override;
+  void copy_rows(std::span<const RowCopy> copies) override;
+
+  void embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) override;
+  void rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) override;
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+              bool accumulate) override;
+  void rope_table(std::span<const int64_t> positions, int head_dim, float theta,
+                  const Tensor& table) override;
+  void rope(const Tensor& x, int heads, const Tensor& table) override;
+  void swiglu(const Tensor& gate, const Tensor& up) override;
+  void kv_append(const Tensor& k, const Tensor& v,
+                 std::span<const photon::AttentionSegment> segments) override;
+  void attention(const Tensor& q, const photon::AttentionShape& shape,
+                 std::span<const photon::AttentionSegment> segments, const Tensor& out) override;
+
+  void sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
+              float* logprobs) override;
+  void logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) override;
+
+  // Returns a pool buffer (Buffer destructors call it).
+  void release(void* device_memory) noexcept;
+
+ private:
+  // Held by every op: the backend's lock, with its device current on the calling thread (the
+  // thread's own device comes back afterwards).
+  class Lock {
+   public:
+    explicit Lock(const CudaBackend& backend);
+
+   private:
+    std::lock_guard<std::recursive_mutex> guard_;
+    DeviceScope device_;
+  };
+  class PinnedHost;
+
+  cudaStream_t stream() const { return device_.stream(); }
+  void* pool_allocate(size_t bytes, std::string_view what);
+  // Makes the arena hold `bytes` in pieces of up to `pieces` allocations (alignment), waiting for
+  // the stream before it replaces a smaller arena.
+  void reserve_scratch(size_t bytes, int pieces);
+  // Host bytes in pinned memory that stay untouched until the next synchronize().
+  void* pinned(size_t bytes);
+  // Copies host items into the arena, through pinned memory, in stream order; null when empty.
+  template <class T>
+  T* stage(std::span<const T> items, std::string_view what) {
+    if (items.empty()) return nullptr;
+    void* host = pinned(items.size_bytes());
+    std::memcpy(host, items.data(), items.size_bytes());
+    T* device = scratch_.take<T>(items.size(), what);
+    check_cuda(cudaMemcpyAsync(device, host, items.size_bytes(), cudaMemcpyHostToDevice, stream()),
+               "cudaMemcpyAsync of " + std::string(what));
+    return device;
+  }
+  // Waits for the stream: results are on the host and staged memory may be reused.
+  void synchronize();
+  void* address(const Tensor& t) const;
+  float* f32(const Tensor& t) const;
+
+  mutable std::recursive_mutex mutex_;
+  Device device_;  // first: its stream outlives every member below
+  const bool exact_f32_;
+  cudaMemPool_t pool_ = nullptr;
+  std::unique_ptr<Gemm> gemm_;
+  Arena scratch_;
+  std::unique_ptr<PinnedHost> pinned_;
+  size_t pinned_used_ = 0;
+  std::vector<std::unique_ptr<Buffer>> weights_;
+};
+
+}  // namespace photon::cuda

@@ -1,0 +1,278 @@
+// The CUDA backend's ops (spec section 2) and its results for the host, over the kernels of this
+// folder. Every op stages its host tables (ids, positions, segments, sampler settings) into the
+// scratch arena and launches on the backend's stream; nothing here waits for the device except
+// sample and logprobs, whose results the host needs.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/embedding.h"
+#include "backend/cuda/kv_cache.h"
+#include "backend/cuda/logprob.h"
+#include "backend/cuda/rmsnorm.h"
+#include "backend/cuda/rope.h"
+#include "backend/cuda/sample.h"
+#include "backend/cuda/swiglu.h"
+
+namespace photon::cuda {
+
+namespace {
+
+// Segments shorter than this go to the row kernel (decode, local windows), longer ones to the
+// tiled kernel (prefill): a tile of kAttentionTileRows rows is then at least half used.
+constexpr int kTiledMinRows = kAttentionTileRows / 2;
+// Rows sampled per launch: the sampler's workspace is about 650 KiB per row at V = 32000.
+constexpr int kSampleRows = 128;
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) fail(PHOTON_ERR_INTERNAL, "cuda backend: " + what);
+}
+
+int as_int(int64_t value) {
+  expect(value >= 0 && value <= INT32_MAX, "a size beyond 32 bits");
+  return static_cast<int>(value);
+}
+
+template <class T>
+size_t bytes_of(size_t count) {
+  return count * sizeof(T);
+}
+
+}  // namespace
+
+void CudaBackend::embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) {
+  if (ids.empty()) return;
+  Lock lock(*this);
+  expect(out.rows == static_cast<int64_t>(ids.size()) && out.cols == table.cols,
+         "embed: output shape");
+  reserve_scratch(ids.size_bytes(), 1);
+  ArenaScope scope(scratch_);
+  const int32_t* staged = stage(ids, "token ids");
+  embedding(address(table), table.dtype, as_int(table.rows), as_int(table.cols), staged,
+            as_int(out.rows), f32(out), stream());
+}
+
+void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) {
+  if (x.rows == 0) return;
+  Lock lock(*this);
+  expect(w.cols == x.cols && y.rows == x.rows && y.cols == x.cols, "rmsnorm: shapes");
+  cuda::rmsnorm(f32(x), f32(w), f32(y), as_int(x.rows), as_int(x.cols), eps, stream());
+}
+
+void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+                         bool accumulate) {
+  if (x.rows == 0 || w.rows == 0) return;
+  Lock lock(*this);
+  expect(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows &&
+             (bias == nullptr || bias->cols == w.rows),
+         "linear: shapes");
+  // 16-bit weights take the activations rounded to their type.
+  const size_t rounded = w.dtype == DType::F32 ? 0 : static_cast<size_t>(x.rows) * x.cols * 2;
+  reserve_scratch(rounded, 1);
+  gemm_->linear(f32(x), as_int(x.rows),
+                DeviceMatrix{address(w), w.dtype, as_int(w.rows), as_int(w.cols)},
+                bias ? f32(*bias) : nullptr, f32(y), accumulate, scratch_, stream());
+}
+
+void CudaBackend::rope_table(std::span<const int64_t> positions, int head_dim, float theta,
+                             const Tensor& table) {
+  if (positions.empty()) return;
+  Lock lock(*this);
+  const int n = static_cast<int>(positions.size()), half = head_dim / 2;
+  expect(table.rows * table.cols == 2 * static_cast<int64_t>(n) * half, "rope_table: shape");
+  const std::vector<double> inv_freq = rope_inv_freq(head_dim, theta);
+  reserve_scratch(positions.size_bytes() + bytes_of<double>(inv_freq.size()), 2);
+  ArenaScope scope(scratch_);
+  const int64_t* staged_positions = stage(positions, "RoPE positions");
+  const double* staged_inv_freq = stage(std::span<const double>(inv_freq), "RoPE frequencies");
+  // The table is [2n, half]: the cosines of the n rows, then their sines (as cpu::rope_table).
+  float* cos = f32(table);
+  cuda::rope_table(staged_positions, n, staged_inv_freq, half, cos,
+                   cos + static_cast<size_t>(n) * half, stream());
+}
+
+void CudaBackend::rope(const Tensor& x, int heads, const Tensor& table) {
+  if (x.rows == 0) return;
+  Lock lock(*this);
+  const int head_dim = as_int(x.cols) / heads, half = head_dim / 2;
+  expect(table.rows * table.cols == 2 * x.rows * half, "rope: table shape");
+  float* cos = f32(table);
+  rope_apply(f32(x), as_int(x.rows), heads, head_dim, cos, cos + static_cast<size_t>(x.rows) * half,
+             stream());
+}
+
+void CudaBackend::swiglu(const Tensor& gate, const Tensor& up) {
+  if (gate.rows == 0) return;
+  Lock lock(*this);
+  expect(up.rows == gate.rows && up.cols == gate.cols, "swiglu: shapes");
+  cuda::swiglu(f32(gate), f32(up), static_cast<size_t>(gate.rows) * gate.cols, stream());
+}
+
+namespace {
+
+// The kernels' segments: device addresses, and only segments that have rows.
+template <class Address>
+std::vector<AttentionSegment> device_segments(std::span<const photon::AttentionSegment> segments,
+                                              Address address, int64_t rows, int kv_dim,
+                                              DType* kv_dtype) {
+  std::vector<AttentionSegment> out;
+  out.reserve(segments.size());
+  for (const photon::AttentionSegment& s : segments) {
+    if (s.rows == 0) continue;
+    expect(s.row0 >= 0 && s.rows > 0 && s.row0 + s.rows <= rows && s.start >= 0 &&
+               s.start + s.rows <= s.k.rows && s.k.cols == kv_dim && s.v.cols == kv_dim &&
+               s.k.dtype == s.v.dtype &&
+               (out.empty() || s.row0 >= out.back().row0 + out.back().rows),
+           "attention segments out of order or out of their caches");
+    *kv_dtype = s.k.dtype;
+    out.push_back({s.row0, s.rows, s.start, address(s.k), address(s.v)});
+  }
+  return out;
+}
+
+}  // namespace
+
+void CudaBackend::kv_append(const Tensor& k, const Tensor& v,
+                            std::span<const photon::AttentionSegment> segments) {
+  Lock lock(*this);
+  DType kv_dtype = DType::F32;
+  const std::vector<AttentionSegment> segs = device_segments(
+      segments, [this](const Tensor& t) { return address(t); }, k.rows, as_int(k.cols), &kv_dtype);
+  if (segs.empty()) return;
+  expect(v.rows == k.rows && v.cols == k.cols, "kv_append: shapes");
+  reserve_scratch(bytes_of<AttentionSegment>(segs.size()), 1);
+  ArenaScope scope(scratch_);
+  const AttentionSegment* staged = stage(std::span<const AttentionSegment>(segs), "KV segments");
+  kv_append_launch(f32(k), f32(v), as_int(k.cols), kv_dtype, staged, static_cast<int>(segs.size()),
+                   as_int(k.rows), stream());
+}
+
+void CudaBackend::attention(const Tensor& q, const photon::AttentionShape& shape,
+                            std::span<const photon::AttentionSegment> segments, const Tensor& out) {
+  Lock lock(*this);
+  AttentionShape s{shape.heads, shape.kv_heads, shape.head_dim, DType::F32};
+  const std::vector<AttentionSegment> segs = device_segments(
+      segments, [this](const Tensor& t) { return address(t); }, q.rows,
+      shape.kv_heads * shape.head_dim, &s.kv_dtype);
+  if (segs.empty()) return;
+  expect(q.cols == static_cast<int64_t>(shape.heads) * shape.head_dim && out.rows == q.rows &&
+             out.cols == q.cols,
+         "attention: shapes");
+  // Long segments (prefill) to the tiled kernel, short ones (decode, windows) to the row kernel;
+  // each kernel leaves the other's rows alone.
+  const bool tiled = attention_tiled_supports(s);
+  std::vector<AttentionSegment> rows, longs;
+  std::vector<AttentionTile> tiles;
+  int max_keys = 0, short_rows = 0;
+  for (const AttentionSegment& seg : segs) {
+    if (tiled && seg.rows >= kTiledMinRows) {
+      for (int first = 0; first < seg.rows; first += kAttentionTileRows)
+        tiles.push_back({static_cast<int>(longs.size()), first});
+      longs.push_back(seg);
+    } else {
+      rows.push_back(seg);
+      max_keys = std::max(max_keys, seg.start + seg.rows);
+      short_rows += seg.rows;
+    }
+  }
+  // The row kernel's grid spans every row (those of long segments leave at once); its partials
+  // are indexed by row.
+  const int n_rows = as_int(q.rows);
+  const int splits = rows.empty() ? 1
+                                  : attention_splits(short_rows, s.heads, max_keys,
+                                                     device_.info().multiprocessors);
+  const size_t partials = attention_partials_bytes(n_rows, s.heads, s.head_dim, splits);
+  reserve_scratch(
+      bytes_of<AttentionSegment>(segs.size()) + bytes_of<AttentionTile>(tiles.size()) + partials,
+      4);
+  ArenaScope scope(scratch_);
+  if (!longs.empty()) {
+    const AttentionSegment* staged =
+        stage(std::span<const AttentionSegment>(longs), "attention segments");
+    const AttentionTile* staged_tiles =
+        stage(std::span<const AttentionTile>(tiles), "attention tiles");
+    attention_tiled_launch(f32(q), s, staged, staged_tiles, static_cast<int>(tiles.size()),
+                           f32(out), stream());
+  }
+  if (!rows.empty()) {
+    const AttentionSegment* staged =
+        stage(std::span<const AttentionSegment>(rows), "attention segments");
+    float* scratch =
+        splits > 1 ? static_cast<float*>(scratch_.take_bytes(partials, "partials")) : nullptr;
+    attention_launch(f32(q), s, staged, static_cast<int>(rows.size()), n_rows, splits, scratch,
+                     f32(out), stream());
+  }
+}
+
+void CudaBackend::sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
+                         float* logprobs) {
+  if (rows.empty()) return;
+  Lock lock(*this);
+  const int n = static_cast<int>(rows.size()), vocab = as_int(logits.cols);
+  expect(logits.rows >= n, "sample: fewer logit rows than requests");
+  std::vector<SampleParams> params;
+  params.reserve(rows.size());
+  int recent_stride = 0;
+  for (const SampleRequest& r : rows) {
+    params.push_back(make_sample_params(*r.config, r.position, r.history.size()));
+    recent_stride = std::max(recent_stride, params.back().recent_len);
+  }
+  // Each row's penalty window: the last recent_len tokens of its history.
+  std::vector<int32_t> recent(static_cast<size_t>(n) * recent_stride, 0);
+  for (int i = 0; i < n; ++i) {
+    const std::span<const int32_t> h = rows[i].history;
+    std::copy(h.end() - params[i].recent_len, h.end(),
+              recent.begin() + static_cast<ptrdiff_t>(i) * recent_stride);
+  }
+  const int chunk = std::min(n, kSampleRows);
+  reserve_scratch(bytes_of<SampleParams>(params.size()) + bytes_of<int32_t>(recent.size()) +
+                      sample_workspace_bytes(chunk, vocab) + bytes_of<int32_t>(n) +
+                      bytes_of<float>(n),
+                  5);
+  ArenaScope scope(scratch_);
+  const SampleParams* staged_params = stage(std::span<const SampleParams>(params), "sampler");
+  const int32_t* staged_recent = stage(std::span<const int32_t>(recent), "sampler history");
+  void* workspace = scratch_.take_bytes(sample_workspace_bytes(chunk, vocab), "sampler rows");
+  int32_t* device_tokens = scratch_.take<int32_t>(n, "sampled tokens");
+  float* device_logprobs = scratch_.take<float>(n, "sampled log-probabilities");
+  const float* all = f32(logits);
+  // Chunks reuse the workspace in stream order.
+  for (int r0 = 0; r0 < n; r0 += chunk) {
+    const int count = std::min(chunk, n - r0);
+    sample_launch(all + static_cast<size_t>(r0) * vocab, count, vocab, staged_params + r0,
+                  staged_recent ? staged_recent + static_cast<size_t>(r0) * recent_stride : nullptr,
+                  recent_stride, workspace, device_tokens + r0, stream());
+  }
+  // The log-probability of each sampled token under the raw logits (the penalty is the
+  // sampler's, not the model's).
+  log_softmax(all, n, vocab, device_tokens, nullptr, device_logprobs, stream());
+  auto* host = static_cast<char*>(pinned(bytes_of<int32_t>(n) + bytes_of<float>(n)));
+  PHOTON_CUDA_CHECK(
+      cudaMemcpyAsync(host, device_tokens, bytes_of<int32_t>(n), cudaMemcpyDeviceToHost, stream()));
+  PHOTON_CUDA_CHECK(cudaMemcpyAsync(host + bytes_of<int32_t>(n), device_logprobs,
+                                    bytes_of<float>(n), cudaMemcpyDeviceToHost, stream()));
+  synchronize();
+  std::memcpy(tokens, host, bytes_of<int32_t>(n));
+  std::memcpy(logprobs, host + bytes_of<int32_t>(n), bytes_of<float>(n));
+}
+
+void CudaBackend::logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) {
+  if (targets.empty()) return;
+  Lock lock(*this);
+  const int n = static_cast<int>(targets.size()), vocab = as_int(logits.cols);
+  expect(logits.rows >= n, "logprobs: fewer logit rows than targets");
+  reserve_scratch(targets.size_bytes() + bytes_of<float>(n), 2);
+  ArenaScope scope(scratch_);
+  const int32_t* staged = stage(targets, "scored tokens");
+  float* device_out = scratch_.take<float>(n, "log-probabilities");
+  log_softmax(f32(logits), n, vocab, staged, nullptr, device_out, stream());
+  void* host = pinned(bytes_of<float>(n));
+  PHOTON_CUDA_CHECK(
+      cudaMemcpyAsync(host, device_out, bytes_of<float>(n), cudaMemcpyDeviceToHost, stream()));
+  synchronize();
+  std::memcpy(out, host, bytes_of<float>(n));
+}
+
+}  // namespace photon::cuda

@@ -1,0 +1,48 @@
+// The entry point of the CUDA backend module (libphoton-cuda.so), shared by libphoton, which
+// loads the module and calls it, and the module, which defines it. The entry point has C linkage
+// so that dlsym finds it by a plain name; what it returns is a C++ photon::Backend, so the module
+// must come from the same build as libphoton: the request carries the version and a fingerprint
+// of every type that crosses, and the module refuses anything else.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "photon.h"
+
+// Bump when backend.h or tensor.h change the meaning (not only the size) of what crosses.
+#define PHOTON_BACKEND_ABI 1
+#define PHOTON_CUDA_MODULE_NAME "libphoton-cuda.so"
+#define PHOTON_CUDA_MODULE_ENTRY "photon_cuda_backend_create"
+
+extern "C" {
+
+struct photon_backend_request {
+  uint32_t abi;         // PHOTON_BACKEND_ABI of the caller
+  uint32_t layout;      // photon::backend_layout() of the caller
+  const char* version;  // PHOTON_VERSION_STRING of the caller
+  int32_t ordinal;      // CUDA device ordinal
+  int32_t exact_f32;    // DeviceChoice::exact_f32
+};
+
+// Creates the backend into *out and returns PHOTON_OK, or returns the failure's status and writes
+// its message, NUL-terminated and cut to `capacity` bytes, into `message`.
+typedef photon_status (*photon_backend_create_fn)(const photon_backend_request* request,
+                                                  photon::Backend** out, char* message,
+                                                  size_t capacity);
+}
+
+namespace photon {
+
+// A fingerprint of the sizes of the types the backend interface passes between the libraries.
+constexpr uint32_t backend_layout() {
+  uint32_t h = 2166136261u;
+  for (size_t size : {sizeof(Tensor), sizeof(Buffer), sizeof(HostWeight), sizeof(AttentionSegment),
+                      sizeof(AttentionShape), sizeof(RowCopy), sizeof(SampleRequest),
+                      sizeof(SamplerConfig), sizeof(std::string), sizeof(std::vector<int>)})
+    h = (h ^ static_cast<uint32_t>(size)) * 16777619u;
+  return h;
+}
+
+}  // namespace photon

@@ -1,0 +1,381 @@
+// Whole models on the GPU against the CPU engine, through the public API (the CUDA backend as the
+// module libphoton-cuda.so, loaded as a user's program loads it): log-probabilities of random
+// models of every architecture within 5e-2 with bf16 weights and 1e-3 with f32 weights kept in
+// f32; greedy tokens of the shipped trained model; batched == alone; sessions saved on one device
+// and continued on the other; 1,000 sessions created and freed with flat device memory; a context
+// too large for the device is PHOTON_ERR_OUT_OF_MEMORY with the model still usable.
+#include "test_models.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/api_internal.h"
+#include "backend/cuda/runtime.h"
+#include "photon.h"
+
+namespace {
+
+using photon::ModelConfig;
+
+constexpr double kBf16Tolerance = 5e-2;
+constexpr double kF32Tolerance = 1e-3;
+
+struct ModelFree {
+  void operator()(photon_model* m) const { photon_model_free(m); }
+};
+struct SessionFree {
+  void operator()(photon_session* s) const { photon_session_free(s); }
+};
+using ModelPtr = std::unique_ptr<photon_model, ModelFree>;
+using SessionPtr = std::unique_ptr<photon_session, SessionFree>;
+
+bool have_device(std::string* reason) {
+  return photon::cuda::device_count(reason) > 0;
+}
+
+#define REQUIRE_DEVICE()                                                     \
+  do {                                                                       \
+    std::string reason;                                                      \
+    if (!have_device(&reason)) GTEST_SKIP() << "no CUDA device: " << reason; \
+  } while (0)
+
+ModelPtr load(const std::string& path, const char* device) {
+  photon_load_options* options = nullptr;
+  EXPECT_EQ(photon_load_options_create(&options), PHOTON_OK);
+  EXPECT_EQ(photon_load_options_set_device(options, device), PHOTON_OK);
+  photon_model* model = nullptr;
+  EXPECT_EQ(photon_model_load(path.c_str(), options, &model), PHOTON_OK) << photon_last_error();
+  photon_load_options_free(options);
+  return ModelPtr(model);
+}
+
+// A GPU model whose f32 weights stay f32 (the internal option behind the 1e-3 comparison).
+ModelPtr load_exact(const std::string& path) {
+  photon::DeviceChoice choice;
+  choice.kind = photon::DeviceChoice::Kind::Cuda;
+  choice.exact_f32 = true;
+  auto handle = std::make_unique<photon_model>();
+  handle->model = photon::Model::load(path, {}, choice);
+  handle->device = handle->model->backend().name();
+  return ModelPtr(handle.release());
+}
+
+std::vector<float> score(const photon_model* model, const std::vector<int32_t>& tokens) {
+  std::vector<float> logprobs(tokens.size(), NAN);
+  EXPECT_EQ(photon_model_score(model, tokens.data(), tokens.size(), logprobs.data()), PHOTON_OK)
+      << photon_last_error();
+  return logprobs;
+}
+
+struct Generated {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+};
+
+int collect(void* user, int32_t token, const char*, size_t, float logprob) {
+  auto* g = static_cast<Generated*>(user);
+  g->tokens.push_back(token);
+  g->logprobs.push_back(logprob);
+  return 0;
+}
+
+SessionPtr session(const photon_model* model, photon_mode mode, float temperature = 0.0f,
+                   uint64_t seed = 0, int32_t context = 0) {
+  photon_session_options* o = nullptr;
+  EXPECT_EQ(photon_session_options_create(&o), PHOTON_OK);
+  photon_session_options_set_mode(o, mode);
+  photon_session_options_set_ignore_eos(o, 1);
+  photon_session_options_set_temperature(o, temperature);
+  photon_session_options_set_seed(o, seed);
+  if (context > 0) photon_session_options_set_context_length(o, context);
+  photon_session* s = nullptr;
+  EXPECT_EQ(photon_session_create(model, o, &s), PHOTON_OK) << photon_last_error();
+  photon_session_options_free(o);
+  return SessionPtr(s);
+}
+
+Generated generate(photon_session* s, int32_t n) {
+  Generated g;
+  EXPECT_EQ(photon_session_generate(s, n, &collect, &g, nullptr), PHOTON_OK) << photon_last_error();
+  return g;
+}
+
+Generated prefill_and_generate(const photon_model* model, photon_mode mode,
+                               const std::vector<int32_t>& prompt, int32_t n) {
+  SessionPtr s = session(model, mode);
+  EXPECT_EQ(photon_session_prefill(s.get(), prompt.data(), prompt.size()), PHOTON_OK)
+      << photon_last_error();
+  return generate(s.get(), n);
+}
+
+// Positions where both runs had the same history (every token before agrees): there the
+// log-probabilities must agree to `tolerance`. Returns how many positions were compared.
+size_t compare_runs(const Generated& a, const Generated& b, double tolerance) {
+  size_t compared = 0;
+  for (size_t i = 0; i < a.tokens.size() && i < b.tokens.size(); ++i) {
+    EXPECT_LE(std::fabs(a.logprobs[i] - b.logprobs[i]), tolerance) << "position " << i;
+    ++compared;
+    if (a.tokens[i] != b.tokens[i]) break;
+  }
+  return compared;
+}
+
+std::vector<int32_t> sequence(int length, int vocab, int salt) {
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < length; ++i) tokens.push_back(i == 0 ? 1 : 3 + (i * 37 + salt) % (vocab - 3));
+  return tokens;
+}
+
+// Param: 0 vanilla, else the number of PHOTON levels.
+class GpuModels : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    REQUIRE_DEVICE();
+    const int levels = GetParam();
+    config_ = levels == 0 ? photon::testing::tiny_vanilla() : photon::testing::tiny_photon(levels);
+    // One file per test (the name holds the parameter): ctest may run them side by side.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (char& ch : name)
+      if (ch == '/') ch = '_';
+    const std::string stem = std::string(PHOTON_BINARY_DIR) + "/gpu_model_" + name;
+    f32_path_ = stem + "_f32.photon";
+    bf16_path_ = stem + "_bf16.photon";
+    photon::testing::write_test_model(config_, f32_path_, 11 + levels, photon::DType::F32);
+    photon::testing::write_test_model(config_, bf16_path_, 11 + levels, photon::DType::BF16);
+    const int meta = levels == 0 ? 4 : static_cast<int>(config_.block_tokens(levels));
+    tokens_ = sequence(3 * meta + 41, config_.vocab_size, 11);
+    prompt_ = sequence(meta + 5, config_.vocab_size, 3);
+  }
+  void TearDown() override {
+    std::remove(f32_path_.c_str());
+    std::remove(bf16_path_.c_str());
+  }
+  std::vector<photon_mode> modes() const {
+    if (GetParam() == 0) return {PHOTON_MODE_AUTO};
+    if (GetParam() == 1) return {PHOTON_MODE_HIERGEN};
+    return {PHOTON_MODE_HIERGEN, PHOTON_MODE_RECGEN};
+  }
+
+  ModelConfig config_;
+  std::string f32_path_, bf16_path_;
+  std::vector<int32_t> tokens_, prompt_;
+};
+
+TEST_P(GpuModels, ScoresMatchTheCpu) {
+  for (const auto& [path, tolerance, exact] :
+       {std::tuple{bf16_path_, kBf16Tolerance, false}, {f32_path_, kF32Tolerance, true}}) {
+    SCOPED_TRACE(path);
+    const ModelPtr cpu = load(path, "cpu");
+    const ModelPtr gpu = exact ? load_exact(path) : load(path, "cuda");
+    ASSERT_TRUE(cpu && gpu);
+    EXPECT_EQ(std::string(photon_model_device(gpu.get())).rfind("cuda:", 0), 0u);
+    const std::vector<float> want = score(cpu.get(), tokens_), got = score(gpu.get(), tokens_);
+    double worst = 0.0;
+    for (size_t i = 1; i < want.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(got[i])) << "position " << i;
+      worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+    }
+    EXPECT_LE(worst, tolerance);
+    std::printf("[          ] %s: max |logprob difference| %.2e over %zu tokens\n", path.c_str(),
+                worst, want.size() - 1);
+  }
+}
+
+TEST_P(GpuModels, GenerationMatchesTheCpu) {
+  for (const auto& [path, tolerance, exact] :
+       {std::tuple{bf16_path_, kBf16Tolerance, false}, {f32_path_, kF32Tolerance, true}}) {
+    const ModelPtr cpu = load(path, "cpu");
+    const ModelPtr gpu = exact ? load_exact(path) : load(path, "cuda");
+    for (photon_mode mode : modes()) {
+      SCOPED_TRACE(path + ", mode " + std::to_string(mode));
+      const Generated want = prefill_and_generate(cpu.get(), mode, prompt_, 24);
+      const Generated got = prefill_and_generate(gpu.get(), mode, prompt_, 24);
+      ASSERT_EQ(got.tokens.size(), 24u);
+      const size_t compared = compare_runs(want, got, tolerance);
+      // f32 weights: the same greedy path throughout; bf16: at least the first few tokens.
+      EXPECT_GE(compared, exact ? 24u : 4u);
+    }
+  }
+}
+
+// photon_session_generate_batch on the GPU gives every session exactly what it gives alone there.
+TEST_P(GpuModels, BatchEqualsAlone) {
+  const ModelPtr gpu = load(bf16_path_, "cuda");
+  std::vector<SessionPtr> batch, alone;
+  std::vector<photon_session*> handles;
+  int k = 0;
+  for (photon_mode mode : modes())
+    for (float temperature : {0.0f, 0.9f})
+      for (int p = 0; p < 2; ++p, ++k) {
+        const std::vector<int32_t> prompt = sequence(5 + 7 * k, config_.vocab_size, k);
+        for (auto* list : {&batch, &alone}) {
+          list->push_back(session(gpu.get(), mode, temperature, 100 + k));
+          ASSERT_EQ(photon_session_prefill(list->back().get(), prompt.data(), prompt.size()),
+                    PHOTON_OK);
+        }
+        handles.push_back(batch.back().get());
+      }
+  struct Collected {
+    std::vector<Generated> runs;
+  } collected{std::vector<Generated>(handles.size())};
+  auto on_token = [](void* user, size_t i, int32_t token, const char*, size_t, float logprob) {
+    auto* c = static_cast<Collected*>(user);
+    c->runs[i].tokens.push_back(token);
+    c->runs[i].logprobs.push_back(logprob);
+    return 0;
+  };
+  ASSERT_EQ(photon_session_generate_batch(handles.data(), handles.size(), 20, on_token, &collected,
+                                          nullptr),
+            PHOTON_OK)
+      << photon_last_error();
+  for (size_t i = 0; i < alone.size(); ++i) {
+    const Generated single = generate(alone[i].get(), 20);
+    EXPECT_EQ(collected.runs[i].tokens, single.tokens) << "session " << i;
+    for (size_t j = 0; j < single.logprobs.size() && j < collected.runs[i].logprobs.size(); ++j)
+      EXPECT_NEAR(collected.runs[i].logprobs[j], single.logprobs[j], 1e-3) << i << ", " << j;
+  }
+}
+
+// A state saved on one device restores on the other and continues as it would have on the first,
+// within the tolerance of the two devices' arithmetic.
+TEST_P(GpuModels, SessionsMoveBetweenCpuAndGpu) {
+  for (const auto& [path, tolerance, exact] :
+       {std::tuple{bf16_path_, kBf16Tolerance, false}, {f32_path_, kF32Tolerance, true}}) {
+    const ModelPtr cpu = load(path, "cpu");
+    const ModelPtr gpu = exact ? load_exact(path) : load(path, "cuda");
+    for (photon_mode mode : modes())
+      for (const photon_model* from : {cpu.get(), gpu.get()}) {
+        SCOPED_TRACE(path + ", mode " + std::to_string(mode) + ", saved on " +
+                     photon_model_device(from));
+        SessionPtr original = session(from, mode);
+        ASSERT_EQ(photon_session_prefill(original.get(), prompt_.data(), prompt_.size()),
+                  PHOTON_OK);
+        generate(original.get(), 7);
+        size_t size = 0;
+        ASSERT_EQ(photon_session_save(original.get(), nullptr, 0, &size),
+                  PHOTON_ERR_BUFFER_TOO_SMALL);
+        std::vector<uint8_t> state(size);
+        ASSERT_EQ(photon_session_save(original.get(), state.data(), size, &size), PHOTON_OK)
+            << photon_last_error();
+        Generated continued[2];
+        int d = 0;
+        for (const photon_model* to : {cpu.get(), gpu.get()}) {
+          photon_session* restored = nullptr;
+          ASSERT_EQ(photon_session_restore(to, state.data(), size, &restored), PHOTON_OK)
+              << photon_last_error();
+          EXPECT_EQ(photon_session_position(restored), photon_session_position(original.get()));
+          continued[d++] = generate(restored, 10);
+          photon_session_free(restored);
+        }
+        EXPECT_GE(compare_runs(continued[0], continued[1], tolerance), exact ? 10u : 2u);
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, GpuModels, ::testing::Values(0, 1, 2, 3),
+                         [](const ::testing::TestParamInfo<int>& levels) {
+                           return levels.param == 0 ? std::string("vanilla")
+                                                    : "photon_L" + std::to_string(levels.param);
+                         });
+
+// The shipped trained model: greedy tokens equal the CPU's for the first 32 positions in at
+// least 18 of 20 prompts.
+TEST(GpuTrainedModel, GreedyTokensMatchTheCpu) {
+  REQUIRE_DEVICE();
+  const std::string path = PHOTON_SOURCE_DIR "/models/photon-kjv.photon";
+  const ModelPtr cpu = load(path, "cpu"), gpu = load(path, "cuda");
+  const char* prompts[] = {
+      "In the beginning",    "And God said",         "The LORD is my shepherd",
+      "Blessed are the",     "And it came to pass",  "For God so loved",
+      "Now the serpent was", "And the earth was",    "Honour thy father",
+      "Thou shalt not",      "And Moses said unto",  "Then Jesus said unto them",
+      "The heavens declare", "Wisdom is the",        "And he went up",
+      "Behold, I stand at",  "In my Father's house", "And the children of Israel",
+      "Let there be",        "Vanity of vanities"};
+  int equal = 0;
+  for (const char* text : prompts) {
+    std::vector<int32_t> prompt(256);
+    size_t n = 0;
+    ASSERT_EQ(photon_model_tokenize(cpu.get(), text, std::strlen(text), 1, prompt.data(),
+                                    prompt.size(), &n),
+              PHOTON_OK);
+    prompt.resize(n);
+    const Generated want = prefill_and_generate(cpu.get(), PHOTON_MODE_AUTO, prompt, 32);
+    const Generated got = prefill_and_generate(gpu.get(), PHOTON_MODE_AUTO, prompt, 32);
+    if (want.tokens == got.tokens) {
+      ++equal;
+    } else {
+      size_t first = 0;
+      while (first < want.tokens.size() && want.tokens[first] == got.tokens[first]) ++first;
+      std::printf("[          ] \"%s\": first difference at position %zu\n", text, first);
+    }
+  }
+  std::printf("[          ] %d of 20 prompts: 32 greedy tokens equal\n", equal);
+  EXPECT_GE(equal, 18);
+}
+
+// Create and free a thousand sessions (each prefilled): the device's free memory ends where the
+// first ones left it.
+TEST(GpuSessions, ThousandSessionsLeaveDeviceMemoryFlat) {
+  REQUIRE_DEVICE();
+  const std::string path = std::string(PHOTON_BINARY_DIR) + "/gpu_cycles.photon";
+  photon::testing::write_test_model(photon::testing::tiny_photon(2), path, 3);
+  const ModelPtr gpu = load(path, "cuda");
+  const std::vector<int32_t> prompt = sequence(40, 512, 1);
+  auto cycle = [&](photon_mode mode) {
+    SessionPtr s = session(gpu.get(), mode, 0.0f, 0, 128);
+    ASSERT_EQ(photon_session_prefill(s.get(), prompt.data(), prompt.size()), PHOTON_OK);
+    generate(s.get(), 2);
+  };
+  for (int i = 0; i < 4; ++i) cycle(i % 2 ? PHOTON_MODE_RECGEN : PHOTON_MODE_HIERGEN);
+  size_t free_before = 0, free_after = 0, total = 0;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  for (int i = 0; i < 1000; ++i) cycle(i % 2 ? PHOTON_MODE_RECGEN : PHOTON_MODE_HIERGEN);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+  EXPECT_GE(free_after + (size_t{2} << 20), free_before)
+      << "device memory grew by " << (free_before - free_after) << " bytes";
+  std::remove(path.c_str());
+}
+
+// A session whose caches cannot fit is PHOTON_ERR_OUT_OF_MEMORY; the model and a session made
+// before it go on working.
+TEST(GpuSessions, AContextTooLargeIsOutOfMemory) {
+  REQUIRE_DEVICE();
+  ModelConfig c = photon::testing::tiny_vanilla();
+  c.max_seq_len = 1 << 24;
+  c.dim = 256;
+  // 2^24 tokens of f32 KV: 256 GiB of keys alone, more than any one GPU holds, so the first
+  // cache allocation fails and the test never fills the device.
+  c.stack = photon::testing::tiny_stack(16, 8, 8, 32, 256);
+  const std::string path = std::string(PHOTON_BINARY_DIR) + "/gpu_oom.photon";
+  photon::testing::write_test_model(c, path, 4);
+  const ModelPtr gpu = load(path, "cuda");
+  SessionPtr before = session(gpu.get(), PHOTON_MODE_AUTO, 0.0f, 0, 64);
+  const std::vector<int32_t> prompt = sequence(10, c.vocab_size, 2);
+  ASSERT_EQ(photon_session_prefill(before.get(), prompt.data(), prompt.size()), PHOTON_OK);
+
+  photon_session_options* o = nullptr;
+  ASSERT_EQ(photon_session_options_create(&o), PHOTON_OK);
+  ASSERT_EQ(photon_session_options_set_context_length(o, 1 << 24), PHOTON_OK);
+  photon_session* huge = nullptr;
+  EXPECT_EQ(photon_session_create(gpu.get(), o, &huge), PHOTON_ERR_OUT_OF_MEMORY);
+  EXPECT_EQ(huge, nullptr);
+  std::printf("[          ] %s\n", photon_last_error());
+  photon_session_options_free(o);
+
+  EXPECT_EQ(generate(before.get(), 5).tokens.size(), 5u);
+  SessionPtr after = session(gpu.get(), PHOTON_MODE_AUTO, 0.0f, 0, 64);
+  ASSERT_EQ(photon_session_prefill(after.get(), prompt.data(), prompt.size()), PHOTON_OK);
+  EXPECT_EQ(generate(after.get(), 5).tokens.size(), 5u);
+  std::remove(path.c_str());
+}
+
+}  // namespace
