@@ -5,8 +5,14 @@
         --model photon-a03=out/train/models/photon-a03.photon ... --out out/train/eval.json
 
 For each model:
-- test perplexity: `photon score -m M -f SEGMENT --json` on every line of test-segments.txt (each a
-  file without a trailing newline); perplexity = exp(sum of NLL / sum of predicted tokens);
+- test perplexity (HierGen, which scores as teacher forcing): `photon score -m M -f SEGMENT --json`
+  on every line of test-segments.txt (each a file without a trailing newline); perplexity =
+  exp(sum of NLL / sum of predicted tokens); also over the tokens after the first
+  `prompt_tokens` of each segment only;
+- for PHOTON with L >= 2: RecGen perplexity of the same tokens after the first `prompt_tokens` (BOS
+  included), `photon score ... --mode recgen --prompt-tokens K`: the segment's start is the prompt
+  and every later token is consumed as RecGen consumes a generated one; its ratio to HierGen's
+  perplexity of the same tokens;
 - for PHOTON with L >= 2: greedy agreement of RecGen with HierGen, `photon generate --tokens PROMPT
   -n 64 --ignore-eos --json --mode hiergen|recgen`, the prompts being the first `prompt_tokens`
   tokens (BOS included) of the test segments: the fraction of identical tokens position by position,
@@ -43,18 +49,43 @@ def last_json_line(stdout):
     return json.loads(stdout.strip().splitlines()[-1])
 
 
-def test_perplexity(photon, model, segments):
-    nll, predicted = 0.0, 0
+def segment_logprobs(photon, model, segments, extra_args):
+    """`photon score -m M -f SEGMENT --json EXTRA` of every segment: its logprobs (null first)."""
+    out = []
     with tempfile.TemporaryDirectory(prefix="photon-eval-") as tmp:
         path = pathlib.Path(tmp) / "segment.txt"
         for text in segments:
             path.write_text(text, encoding="utf-8")
-            out = last_json_line(run_cli(photon, ["score", "-m", str(model), "-f", str(path),
-                                                  "--json"]))
-            nll += out["nll"]
-            predicted += len(out["tokens"]) - 1
+            out.append(last_json_line(run_cli(photon, ["score", "-m", str(model), "-f", str(path),
+                                                       "--json", *extra_args]))["logprobs"])
+    return out
+
+
+def nll_sum(logprobs, start):
+    """(NLL, tokens) of the logprobs from position `start` on (position 0 is never predicted)."""
+    values = [v for lp in logprobs for v in lp[max(start, 1):]]
+    return -sum(values), len(values)
+
+
+def test_perplexity(photon, model, segments, prompt_tokens):
+    logprobs = segment_logprobs(photon, model, segments, [])  # auto: teacher-forced
+    nll, predicted = nll_sum(logprobs, 1)
+    nll_after, after = nll_sum(logprobs, prompt_tokens)
     return {"perplexity": math.exp(nll / predicted), "nll_per_token": nll / predicted,
-            "tokens_predicted": predicted, "segments": len(segments)}
+            "tokens_predicted": predicted, "segments": len(segments),
+            "perplexity_after_prompt": math.exp(nll_after / after),
+            "tokens_after_prompt": after, "prompt_tokens": prompt_tokens}
+
+
+def recgen_perplexity(photon, model, segments, prompt_tokens, hiergen):
+    """RecGen perplexity of the tokens after each segment's first prompt_tokens, and its ratio to
+    HierGen's on the same tokens (test_perplexity's perplexity_after_prompt)."""
+    logprobs = segment_logprobs(photon, model, segments,
+                                ["--mode", "recgen", "--prompt-tokens", str(prompt_tokens)])
+    nll, tokens = nll_sum(logprobs, prompt_tokens)
+    perplexity = math.exp(nll / tokens)
+    return {"perplexity": perplexity, "tokens": tokens, "prompt_tokens": prompt_tokens,
+            "ratio_to_hiergen": perplexity / hiergen["perplexity_after_prompt"]}
 
 
 def generate_tokens(photon, model, prompt, n, mode):
@@ -170,6 +201,7 @@ def training_summary(run_dir, tail=50):
         summary["train_rec_loss"] = [float(np.mean([r["rec_loss"][i] for r in last]))
                                      for i in range(len(train[-1]["rec_loss"]))]
         summary["valid_rec_loss"] = valid[-1]["rec_loss"] if valid else None
+        summary["valid_recgen_loss"] = valid[-1].get("recgen_loss") if valid else None
     run = json.loads((run_dir / "run.json").read_text())
     summary["alpha"] = run["train"]["alpha"]
     summary["parameters"] = run["parameters"]
@@ -226,11 +258,13 @@ def main(argv=None):
         levels = len(config.get("levels", [])) if config.get("arch") == "photon" else 0
         result = {"file": str(model), "arch": config.get("arch"), "levels": levels,
                   "parameters": info.get("parameters"),
-                  "test": test_perplexity(photon, model, segments)}
+                  "test": test_perplexity(photon, model, segments, args.prompt_tokens)}
         run_dir = args.runs / name
         if (run_dir / "log.jsonl").exists():
             result["training"] = training_summary(run_dir)
         if levels >= 2:
+            result["recgen"] = recgen_perplexity(photon, model, segments, args.prompt_tokens,
+                                                 result["test"])
             result["agreement"] = agreement(photon, model, prompts, args.continuation)
         if lib is not None:
             modes = {"hiergen": Library.HIERGEN}

@@ -2,10 +2,15 @@
 
     PYTHONPATH=python:. /usr/bin/python3 -m training.export --run out/train/photon-a03 \
         --photon build/bin/photon --tokenizer out/train/corpus/tokenizer.model \
-        --dtype f16 -o models/photon-kjv.photon
+        --dtype f16 [--measured out/train/eval.json:photon-kjv] -o models/photon-kjv.photon
 
 writes RUN/final/config.json and weights.npz from RUN/checkpoint.pt if they are missing, then runs
-`photon convert` on them (the tokenizer is embedded in the model file).
+`photon convert` on them (the tokenizer is embedded in the model file). --measured EVAL:NAME
+records what training.evaluate measured on model NAME as metadata: photon.recgen_ppl_ratio,
+photon.greedy_agreement and photon.default_mode, "recgen" where RecGen's test perplexity is at
+most RECGEN_RATIO_LIMIT times HierGen's, else "hiergen" (AUTO sessions use that mode). The
+numbers were measured on a file with the same weights, so NAME is usually the output written
+once before without --measured.
 """
 
 import argparse
@@ -18,6 +23,8 @@ import numpy as np
 import torch
 
 from photon_ref.model import Config
+
+RECGEN_RATIO_LIMIT = 1.3  # issue 17: RecGen is the default where it keeps the model's quality
 
 
 def write_interchange(model, model_json, directory):
@@ -40,12 +47,26 @@ def export_checkpoint(run_dir):
     write_interchange(model, model_json, run_dir / "final")
 
 
-def convert(photon, final_dir, tokenizer, output, dtype):
+def measured_metadata(spec):
+    """photon convert --meta arguments from EVAL_JSON:NAME (see the module docstring)."""
+    path, _, name = spec.rpartition(":")
+    results = json.loads(pathlib.Path(path).read_text())
+    if name not in results or "recgen" not in results[name]:
+        raise SystemExit(f"export: {path} has no RecGen measurement of '{name}'")
+    ratio = results[name]["recgen"]["ratio_to_hiergen"]
+    mode = "recgen" if ratio <= RECGEN_RATIO_LIMIT else "hiergen"
+    entries = {"photon.recgen_ppl_ratio": f"{ratio:.3f}",
+               "photon.greedy_agreement": f"{results[name]['agreement']['token_agreement']:.3f}",
+               "photon.default_mode": mode}
+    return [arg for key, value in entries.items() for arg in ("--meta", f"{key}={value}")]
+
+
+def convert(photon, final_dir, tokenizer, output, dtype, meta=()):
     final_dir = pathlib.Path(final_dir)
     pathlib.Path(output).parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([str(photon), "convert", "--config", str(final_dir / "config.json"),
                     "--weights", str(final_dir / "weights.npz"), "--tokenizer", str(tokenizer),
-                    "--dtype", dtype, "-o", str(output)], check=True)
+                    "--dtype", dtype, "-o", str(output), *meta], check=True)
 
 
 def main(argv=None):
@@ -55,13 +76,16 @@ def main(argv=None):
     parser.add_argument("--photon", default="build/bin/photon", help="the photon CLI")
     parser.add_argument("--tokenizer", default="out/train/corpus/tokenizer.model")
     parser.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"])
+    parser.add_argument("--measured", metavar="EVAL_JSON:NAME",
+                        help="record training.evaluate's numbers of NAME as metadata")
     parser.add_argument("-o", "--output", required=True, help="the .photon file to write")
     args = parser.parse_args(argv)
+    meta = measured_metadata(args.measured) if args.measured else []
     final = pathlib.Path(args.run) / "final"
     if not (final / "weights.npz").exists():
         print(f"export: {final} missing, exporting the last checkpoint", file=sys.stderr)
         export_checkpoint(args.run)
-    convert(args.photon, final, args.tokenizer, args.output, args.dtype)
+    convert(args.photon, final, args.tokenizer, args.output, args.dtype, meta)
 
 
 if __name__ == "__main__":

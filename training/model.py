@@ -189,6 +189,26 @@ def hiergen_greedy(model: TrainPhoton, prompts, n):
     return tokens[:, prompts.shape[1]:]
 
 
+def greedy_path_losses(model: TrainPhoton, prompts, n):
+    """Losses on the model's own greedy HierGen continuation (self-distillation): the n tokens
+    hiergen_greedy writes after prompts [B, K] are the targets (no gradient through choosing them).
+    Returns (recgen_nll, latent_loss): the RecGen NLL of the continuation with the prompt as the
+    prompt, and mean_c |Xhat(1)_c - X(1)_c|^2 / |X(1)_c|^2 over the level-1 units c of the
+    continuation in a teacher-forced pass of prompt + continuation, the target X(1) detached.
+    Where Xhat(1)_c equals X(1)_c on the greedy path, RecGen's reconstructions are HierGen's
+    encoder states there, so RecGen decodes the same tokens; and the target cannot be met by
+    collapsing X(1)."""
+    K = prompts.shape[1]
+    sequence = torch.cat([prompts, hiergen_greedy(model, prompts, n)], dim=1)
+    recgen_nll = recgen_token_loss(model, sequence, K)
+    _, X, Xhat = model.forward_batch(sequence)
+    C1 = model.config.level(1).chunk_len
+    first, last = -(-K // C1), X[1].shape[1]  # level-1 units entirely after the prompt
+    target = X[1][:, first:last].detach()
+    error = (Xhat[1][:, first:last] - target).pow(2).sum(-1) / target.pow(2).sum(-1)
+    return recgen_nll, error.mean()
+
+
 def recursive_losses(model: TrainPhoton, X, Xhat, detach_target=False):
     """[mean_c (1 - cos(Xhat(l-1)_c, X(l-1)_c)) for l = 2 .. L], over the children c of the complete
     level-l units (spec 3.4); empty for L = 1.

@@ -9,7 +9,9 @@ tokens, as `photon score -f` sees them):
 - recgen_ppl: perplexity of the tokens after the first `prompt_tokens` (BOS included) under RecGen
   with those as the prompt (training.model.TrainPhoton.recgen_batch, which equals
   photon_ref.recgen_logits: training/test_model.py), and hiergen_ppl_after_prompt, teacher
-  forcing's on the same tokens; recgen_ratio = recgen_ppl / hiergen_ppl;
+  forcing's on the same tokens; recgen_ratio = recgen_ppl / hiergen_ppl_after_prompt (as
+  training.evaluate's ratio_to_hiergen), and that ratio over the tokens 0-15, 16-63 and 64-255
+  positions after the prompt (recgen_ratio_by_distance);
 - agreement: greedy decoding of `continuation` tokens after each segment's first `prompt_tokens`
   tokens in both modes (argmax, lowest id on ties): the fraction of positions holding the same
   token, and the mean common prefix.
@@ -81,10 +83,14 @@ def padded(sequences):
     return torch.tensor([s + [PAD] * (length - len(s)) for s in sequences], dtype=torch.long)
 
 
+DISTANCES = ((0, 16), (16, 64), (64, 256))  # tokens after the prompt, for the ratio by distance
+
+
 @torch.no_grad()
 def perplexities(model, segments, prompt_tokens, batch_size=16):
     sums = {"all": 0.0, "hier_after": 0.0, "rec_after": 0.0}
     counts = {"all": 0, "after": 0}
+    by_distance = {d: [0.0, 0.0, 0] for d in DISTANCES}  # HierGen NLL, RecGen NLL, tokens
     for i in range(0, len(segments), batch_size):
         group = segments[i:i + batch_size]
         tokens = padded(group)
@@ -101,11 +107,20 @@ def perplexities(model, segments, prompt_tokens, batch_size=16):
         logits, first, _ = model.recgen_batch(tokens, prompt_tokens)
         rec = F.cross_entropy(logits.transpose(1, 2), tokens[:, first:], reduction="none")
         sums["rec_after"] += float((rec * after[:, first:]).sum())
-    hier = math.exp(sums["all"] / counts["all"])
+        distance = positions[:, first:] - prompt_tokens
+        for low, high in DISTANCES:
+            chosen = after[:, first:] & (distance >= low) & (distance < high)
+            entry = by_distance[(low, high)]
+            entry[0] += float((nll[:, first:] * chosen).sum())
+            entry[1] += float((rec * chosen).sum())
+            entry[2] += int(chosen.sum())
+    hier_after = math.exp(sums["hier_after"] / counts["after"])
     rec = math.exp(sums["rec_after"] / counts["after"])
-    return {"hiergen_ppl": hier, "hiergen_ppl_after_prompt": math.exp(sums["hier_after"] /
-                                                                      counts["after"]),
-            "recgen_ppl": rec, "recgen_ratio": rec / hier, "tokens": counts["all"],
+    return {"hiergen_ppl": math.exp(sums["all"] / counts["all"]),
+            "hiergen_ppl_after_prompt": hier_after, "recgen_ppl": rec,
+            "recgen_ratio": rec / hier_after, "tokens": counts["all"],
+            "recgen_ratio_by_distance": {f"{low}-{high - 1}": math.exp((r - h) / n)
+                                         for (low, high), (h, r, n) in by_distance.items() if n},
             "tokens_after_prompt": counts["after"]}
 
 

@@ -10,10 +10,10 @@ from torch.nn import functional as F
 
 from photon_ref.model import Config, build_model
 from photon_ref.random_weights import random_weights
-from photon_ref.recgen import RecGenPlan, recgen_logits
+from photon_ref.recgen import RecGenPlan, recgen_logits, score_recgen
 from photon_ref.generate import generate_hiergen
-from training.model import (build_train_model, hiergen_greedy, init_weights, losses,
-                            recgen_token_loss)
+from training.model import (build_train_model, greedy_path_losses, hiergen_greedy, init_weights,
+                            losses, recgen_token_loss)
 
 STACK = {"layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 6, "ffn_dim": 20}
 PHOTON_L3 = {"arch": "photon", "vocab_size": 50, "embed_dim": 4, "token_dim": 12, "norm_eps": 1e-5,
@@ -172,6 +172,22 @@ class TrainerMatchesReference(unittest.TestCase):
             for b in range(3):
                 expected = generate_hiergen(reference, prompts[b].tolist(), 15)["tokens"]
                 self.assertEqual(out[b].tolist(), expected)
+
+    def test_greedy_path_losses(self):
+        # Prompt 6, 18 generated (C_1 = 4): level-1 units 2 .. 5 lie after the prompt.
+        reference, trainer = models(PHOTON_L2, torch.float64)
+        prompts = token_batch(3, 6, PHOTON_L2["vocab_size"])
+        nll, errors = [], []
+        for prompt in prompts.tolist():
+            sequence = prompt + generate_hiergen(reference, prompt, 18)["tokens"]
+            nll += [-lp for lp in score_recgen(reference, sequence, 6)[6:]]
+            _, X, Xhat = reference(torch.tensor(sequence))
+            errors += [float((Xhat[1][c] - X[1][c]).pow(2).sum() / X[1][c].pow(2).sum())
+                       for c in range(2, 6)]
+        with torch.no_grad():
+            recgen_nll, latent_loss = greedy_path_losses(trainer, prompts, 18)
+        self.assertAlmostEqual(float(recgen_nll), sum(nll) / len(nll), places=10)
+        self.assertAlmostEqual(float(latent_loss), sum(errors) / len(errors), places=10)
 
     def test_block_float32(self):
         reference, trainer = models(BLOCK, torch.float32)

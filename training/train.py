@@ -26,7 +26,8 @@ import torch
 from photon_ref.model import Config, Vanilla
 from training.corpus import BOS
 from training.export import write_interchange
-from training.model import build_train_model, init_weights, losses, recgen_token_loss
+from training.model import (build_train_model, greedy_path_losses, init_weights, losses,
+                            recgen_token_loss)
 
 TRAIN_DEFAULTS = {
     "alpha": 0.0,  # weight of the recursive loss (spec 3.4)
@@ -40,6 +41,16 @@ TRAIN_DEFAULTS = {
     "recgen_prompt": [1, 64],
     "recgen_horizon": None,
     "recgen_units": None,  # level-1 windows scored per step, drawn after the prompt (null: all)
+    # Self-distillation (training.model.greedy_path_losses): each step the model continues the
+    # first K tokens of every sequence (K uniform in distill_prompt) greedily with HierGen for
+    # distill_tokens tokens; distill_weight weighs the RecGen NLL of that continuation, and
+    # greedy_latent_weight the distance of Xhat(1) to the (detached) X(1) along it.
+    "distill_weight": 0.0,
+    "greedy_latent_weight": 0.0,
+    "distill_prompt": [16, 64],
+    "distill_tokens": 64,
+    # Start from these weights (a weights.npz of spec section 6 names) instead of the seeded init.
+    "init_from": None,
     "seq_len": 256,  # tokens per training sequence, BOS included
     "batch_size": 16,
     "tokens": 2_000_000,  # budget: training tokens (batch_size * seq_len per step)
@@ -83,6 +94,12 @@ def train_batch(stream, step, train):
     offsets = rng.integers(0, len(stream) - n, size=train["batch_size"])
     rows = np.stack([stream[o:o + n] for o in offsets]).astype(np.int64)
     return torch.from_numpy(np.concatenate([np.full((len(rows), 1), BOS), rows], axis=1))
+
+
+def distill_prompt_length(step, train):
+    """The prompt length of a step's self-distillation, a function of (seed, step)."""
+    low, high = train["distill_prompt"]
+    return int(np.random.default_rng([train["seed"], step, 2]).integers(low, high + 1))
 
 
 def recgen_draw(step, train, chunk_len):
@@ -204,6 +221,9 @@ def run(args):
     config = Config.from_json(model_json)
     model = build_train_model(config)
     init_weights(model, train["seed"])
+    if train["init_from"]:
+        with np.load(train["init_from"]) as npz:
+            model.load_state_dict({k: torch.from_numpy(npz[k]) for k in npz.files}, strict=True)
     optimizer = optimizer_for(model, train)
     tokens_per_step = train["batch_size"] * train["seq_len"]
     total_steps = max(1, train["tokens"] // tokens_per_step)
@@ -245,6 +265,12 @@ def run(args):
             recgen = (train["recgen_weight"], K, train["recgen_horizon"], units)
         loss, token_loss, rec, recgen_loss = losses(model, tokens, alpha,
                                                     train["detach_rec_target"], recgen)
+        distill = None
+        if train["distill_weight"] or train["greedy_latent_weight"]:
+            distill = greedy_path_losses(model, tokens[:, :distill_prompt_length(step, train)],
+                                         train["distill_tokens"])
+            loss = (loss + train["distill_weight"] * distill[0]
+                    + train["greedy_latent_weight"] * distill[1])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train["grad_clip"])
@@ -255,6 +281,7 @@ def run(args):
                   "loss": float(loss), "token_loss": float(token_loss),
                   "rec_loss": [float(r) for r in rec],
                   "recgen_loss": None if recgen_loss is None else float(recgen_loss),
+                  "distill_loss": None if distill is None else [float(d) for d in distill],
                   "lr": lr, "grad_norm": float(grad_norm),
                   "elapsed": round(elapsed, 3)}
         write(record)
@@ -270,6 +297,8 @@ def run(args):
         rec_text = "".join(f" rec {r:.3f}" for r in record["rec_loss"]) if is_photon else ""
         if recgen_loss is not None:
             rec_text += f" recgen {float(recgen_loss):.3f}"
+        if distill is not None:
+            rec_text += f" distill {float(distill[0]):.3f} / {float(distill[1]):.3f}"
         progress.update(step, f"loss {record['token_loss']:.3f}{rec_text} lr {lr:.1e} "
                               f"{rate:.0f} tok/s eta {format_duration(eta)}")
     progress.close()
