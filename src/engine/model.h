@@ -15,7 +15,9 @@ struct Weights;
 
 class Model {
  public:
-  static std::unique_ptr<Model> load(const std::string& path, const ProgressFn& progress);
+  // threads: the CPU backend's thread budget (photon_load_options_set_threads; 0: the default).
+  static std::unique_ptr<Model> load(const std::string& path, const ProgressFn& progress,
+                                     int threads = 0);
   ~Model();
 
   const ModelFile& file() const { return *file_; }
@@ -23,8 +25,8 @@ class Model {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const std::string& config_json() const { return config_json_; }
   Backend& backend() const { return *backend_; }
-  // Weights are bound on first use (thread-safe), so that inspecting a multi-GiB f16 file never
-  // converts it; f32 files are used in place from the mapping.
+  // Weights are bound on first use (thread-safe); the CPU backend uses them in place from the
+  // mapping, in their stored type.
   const Weights& weights() const;
 
  private:

@@ -56,7 +56,7 @@ void attend_row(const float* q, const float* k, const float* v, int last, int kv
 }  // namespace
 
 void attention(const float* q, int heads, int kv_heads, int head_dim,
-               std::span<const AttentionSegment> segments, float* out) {
+               std::span<const AttentionSegment> segments, float* out, int threads) {
   const int group = heads / kv_heads;
   const int q_stride = heads * head_dim, kv_stride = kv_heads * head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
@@ -74,13 +74,13 @@ void attention(const float* q, int heads, int kv_heads, int head_dim,
   // One row (a single session decoding) stays on the calling thread however long its context:
   // split across threads it ran several times slower, its helpers waiting behind OpenBLAS's
   // spinning workers on a small machine (vanilla-small at 16k context: 150 against 38 ms/token).
-  const bool parallel = work > (1 << 21) && rows.size() > 1;
-  const int threads = parallel ? omp_get_max_threads() : 1;
+  const bool parallel = threads > 1 && work > (1 << 21) && rows.size() > 1;
+  if (!parallel) threads = 1;
   const long tasks = static_cast<long>(rows.size());
   // Each thread's scores are allocated out here: an exception cannot leave a parallel region.
   const size_t per_thread = static_cast<size_t>(heads) * max_keys;
   std::vector<float> scores(per_thread * threads);
-#pragma omp parallel if (parallel)
+#pragma omp parallel num_threads(threads) if (parallel)
   {
     float* thread_scores = scores.data() + static_cast<size_t>(omp_get_thread_num()) * per_thread;
 #pragma omp for schedule(dynamic, 1)

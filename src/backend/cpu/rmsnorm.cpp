@@ -4,8 +4,9 @@
 
 namespace photon::cpu {
 
-void rmsnorm(const float* x, const float* w, float* y, int n, int d, float eps) {
-#pragma omp parallel for if (static_cast <long>(n) * d > (1 << 18))
+void rmsnorm(const float* x, const float* w, float* y, int n, int d, float eps, int threads) {
+#pragma omp parallel for num_threads(threads) if (threads > 1 && \
+                                                  static_cast <long>(n) * d > (1 << 18))
   for (int r = 0; r < n; ++r) {
     const float* xr = x + static_cast<long>(r) * d;
     float* yr = y + static_cast<long>(r) * d;

@@ -21,11 +21,12 @@ void rope_table(const int64_t* positions, int n, int head_dim, float theta, floa
   }
 }
 
-void rope_apply(float* x, int n, int heads, int head_dim, const float* table) {
+void rope_apply(float* x, int n, int heads, int head_dim, const float* table, int threads) {
   const int half = head_dim / 2;
   const float* cos = table;
   const float* sin = table + static_cast<size_t>(n) * half;
-#pragma omp parallel for if (static_cast <long>(n) * heads * head_dim > (1 << 18))
+#pragma omp parallel for num_threads( \
+    threads) if (threads > 1 && static_cast <long>(n) * heads * head_dim > (1 << 18))
   for (int r = 0; r < n; ++r) {
     const float* c = cos + static_cast<size_t>(r) * half;
     const float* s = sin + static_cast<size_t>(r) * half;
