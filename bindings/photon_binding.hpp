@@ -183,9 +183,17 @@ class Session;
 // once no session of it remains either.
 class Model {
  public:
-  explicit Model(const std::string& path) {
+  explicit Model(const std::string& path) : Model(path, 0) {}
+  // threads: the most threads one call computes with (0: every core); see
+  // photon_load_options_set_threads.
+  Model(const std::string& path, int threads) {
+    photon_load_options* raw_options = nullptr;
+    detail::check(photon_load_options_create(&raw_options));
+    const std::unique_ptr<photon_load_options, void (*)(photon_load_options*)> options(
+        raw_options, photon_load_options_free);
+    detail::check(photon_load_options_set_threads(options.get(), threads));
     photon_model* raw = nullptr;
-    detail::check(photon_model_load(path.c_str(), nullptr, &raw));
+    detail::check(photon_model_load(path.c_str(), options.get(), &raw));
     model_.reset(raw, photon_model_free);
   }
   void close() { model_.reset(); }

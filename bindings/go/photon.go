@@ -100,10 +100,16 @@ type Model struct {
 	native native.Model // nil once closed
 }
 
-// Load loads and verifies a .photon model file.
+// Load loads and verifies a .photon model file; it computes with every core.
 func Load(path string) (*Model, error) {
+	return LoadWithThreads(path, 0)
+}
+
+// LoadWithThreads loads a model that computes with at most threads threads per call (0: every
+// core). Goroutines that each drive their own sessions can give 1 to use one core each.
+func LoadWithThreads(path string, threads int) (*Model, error) {
 	var loaded native.Model
-	if err := call(func() { loaded = native.NewModel(path) }); err != nil {
+	if err := call(func() { loaded = native.NewModel(path, threads) }); err != nil {
 		return nil, err
 	}
 	m := &Model{native: loaded}

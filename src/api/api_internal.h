@@ -23,6 +23,7 @@ struct photon_model {
 struct photon_load_options {
   photon_progress_callback progress = nullptr;
   void* progress_user = nullptr;
+  int32_t threads = 0;
 };
 
 struct photon_session_options {

@@ -45,6 +45,17 @@ photon_status photon_load_options_set_progress(photon_load_options* options,
   });
 }
 
+photon_status photon_load_options_set_threads(photon_load_options* options, int32_t threads) {
+  return guard([&] {
+    require(options, "photon_load_options_set_threads", "options is NULL");
+    if (threads < 0)
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_load_options_set_threads: threads " +
+                                                    std::to_string(threads) +
+                                                    " is negative (0 means every core)");
+    options->threads = threads;
+  });
+}
+
 photon_status photon_model_load(const char* path, const photon_load_options* options,
                                 photon_model** out) {
   return guard([&] {
@@ -55,7 +66,7 @@ photon_status photon_model_load(const char* path, const photon_load_options* opt
       progress = [options](float f) { return options->progress(options->progress_user, f) == 0; };
     }
     auto handle = std::make_unique<photon_model>();
-    handle->model = photon::Model::load(path, progress);
+    handle->model = photon::Model::load(path, progress, options ? options->threads : 0);
     *out = handle.release();
   });
 }

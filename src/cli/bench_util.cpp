@@ -100,7 +100,7 @@ Row parse_row(const std::string& text) {
   throw UsageError("--mode: '" + text + "' is not one of vanilla, block, hiergen, recgen");
 }
 
-BenchModel open_model(const ModelSource& source, const WriteSettings& settings) {
+BenchModel open_model(const ModelSource& source, const WriteSettings& settings, int32_t threads) {
   BenchModel bench;
   if (source.kind == ModelSource::Kind::File) {
     bench.path = source.value;
@@ -114,7 +114,8 @@ BenchModel open_model(const ModelSource& source, const WriteSettings& settings) 
     bench.path =
         write_random_model(bench.name, read_file(source.value, "config"), source.value, settings);
   }
-  bench.model = load_model(bench.path);
+  bench.model = load_model(bench.path, threads);
+  bench.threads = threads;
   bench.config = nlohmann::json::parse(photon_model_config_json(bench.model.get()));
   bench.parameters = photon_model_parameter_count(bench.model.get());
   bench.arch = photon_model_arch(bench.model.get());

@@ -182,6 +182,7 @@ int run_generate(const std::vector<std::string>& argv) {
              {"ctx"},
              {"save-session"},
              {"resume"},
+             {"threads"},
              {"ignore-eos", 0, false},
              {"json", 0, false}},
             0);
@@ -205,8 +206,9 @@ int run_generate(const std::vector<std::string>& argv) {
   const bool json = args.has("json");
   const SessionOptionsPtr options = session_options(args);
   const std::string path = model_path(args);
+  const int32_t threads = parse_threads(args);
 
-  const ModelPtr model = load_model(path);
+  const ModelPtr model = load_model(path, threads);
   if (args.has("prompt")) prompt = tokenize(model.get(), *args.value("prompt"), !resume);
   if (!resume && prompt.empty()) throw RuntimeFailure("the prompt gives no tokens");
   const int32_t model_context = photon_model_context_length(model.get());
@@ -320,6 +322,7 @@ const Command kGenerateCommand = {
     "  --stop STR           stop once the generated text contains STR (repeatable)\n"
     "  --ctx N              session context length, at most the model's (default: the model's)\n"
     "  --ignore-eos         keep generating past the end-of-sequence token\n"
+    "  --threads N          compute with at most N threads (default: every core)\n"
     "  --save-session FILE  save the session's state at the end (resume it with --resume)\n"
     "  --resume FILE        continue a saved session: its mode, context and sampler settings\n"
     "                       apply, sampling flags given here override them; -p / --tokens add\n"

@@ -17,7 +17,7 @@ std::string piece_label(const photon_model* model, int32_t token) {
 }
 
 int run_score(const std::vector<std::string>& argv) {
-  Args args({{"model", 'm'}, {"tokens"}, {"file", 'f'}, {"json", 0, false}}, 0);
+  Args args({{"model", 'm'}, {"tokens"}, {"file", 'f'}, {"threads"}, {"json", 0, false}}, 0);
   args.parse(argv);
   if (args.has("tokens") == args.has("file")) {
     throw UsageError("give exactly one of --tokens IDS and -f FILE");
@@ -25,10 +25,11 @@ int run_score(const std::vector<std::string>& argv) {
   std::vector<int32_t> tokens;
   if (args.has("tokens")) tokens = parse_token_list(*args.value("tokens"), "--tokens");
   const std::string path = model_path(args);
+  const int32_t threads = parse_threads(args);
   // Read the text before loading the model so that a missing file fails fast.
   const std::string text = args.has("file") ? read_file(*args.value("file"), "text") : "";
 
-  ModelPtr model = load_model(path);
+  ModelPtr model = load_model(path, threads);
   if (args.has("file")) tokens = tokenize(model.get(), text, true);
   if (tokens.empty()) throw RuntimeFailure("nothing to score: the text gives no tokens");
   const int32_t context = photon_model_context_length(model.get());
@@ -92,6 +93,7 @@ const Command kScoreCommand = {
     "  -m, --model M.photon the model (default: $PHOTON_MODEL)\n"
     "  --tokens IDS         comma-separated token ids, used exactly as given\n"
     "  -f, --file FILE      UTF-8 text ('-' for stdin), tokenized with BOS first\n"
+    "  --threads N          compute with at most N threads (default: every core)\n"
     "  --json               one JSON object: tokens, logprobs (null first), nll, perplexity\n",
     run_score};
 

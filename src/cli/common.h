@@ -39,8 +39,11 @@ using LoadOptionsPtr = std::unique_ptr<photon_load_options, PhotonDeleter>;
 
 // The model named by -m / --model, else $PHOTON_MODEL; UsageError when neither is set.
 std::string model_path(const Args& args);
-// Loads a model, with a progress bar when stderr is a terminal.
-ModelPtr load_model(const std::string& path);
+// --threads N (N >= 1), or 0 (the library's default: every core) when not given.
+int32_t parse_threads(const Args& args);
+// Loads a model, with a progress bar when stderr is a terminal; threads as for
+// photon_load_options_set_threads.
+ModelPtr load_model(const std::string& path, int32_t threads = 0);
 
 // The whole content of a file ("-" reads stdin); RuntimeFailure naming `what` and the path.
 std::string read_file(const std::string& path, const std::string& what);
