@@ -132,7 +132,7 @@ inline Matrix zero_matrix(Backend& backend, int64_t rows, int64_t cols, std::str
 }
 
 // The CPU backend, the reference of every other backend. threads: the most threads one call may
-// compute with, the calling thread included (0: OMP_NUM_THREADS, else every core).
+// compute with, the calling thread included (0: every core the process may run on).
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
 
 }  // namespace photon

@@ -1,7 +1,5 @@
 #include "backend/cpu/cpu_backend.h"
 
-#include <omp.h>
-
 #include <cstring>
 #include <new>
 #include <string>
@@ -14,6 +12,7 @@
 #include "backend/cpu/rope.h"
 #include "backend/cpu/sample.h"
 #include "backend/cpu/swiglu.h"
+#include "backend/cpu/thread_pool.h"
 
 namespace photon::cpu {
 
@@ -57,7 +56,7 @@ int cols_of(const Tensor& t) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(int threads) : threads_(threads > 0 ? threads : omp_get_max_threads()) {
+CpuBackend::CpuBackend(int threads) : threads_(threads > 0 ? threads : available_cores()) {
   use_blas_single_threaded();
 }
 

@@ -1,5 +1,5 @@
 // The CPU backend: host memory, the op files of this folder (linear: skinny kernels and BLAS GEMMs),
-// parallel with OpenMP within a thread budget of its own. It is the reference every other backend
+// parallel on the process's thread pool within a thread budget of its own. It is the reference every other backend
 // is tested against.
 #pragma once
 
@@ -14,7 +14,7 @@ namespace photon::cpu {
 class CpuBackend final : public Backend {
  public:
   // threads: the most threads one call may compute with (the calling thread included); 0 or less
-  // for OpenMP's default (OMP_NUM_THREADS, else every core the process may run on).
+  // for every core the process may run on.
   explicit CpuBackend(int threads);
 
   std::string name() const override { return "cpu"; }

@@ -15,8 +15,8 @@ namespace {
 
 // Below this many multiply-adds per thread, waking another thread costs more than it saves.
 constexpr long kMinMacsPerThread = 1L << 18;
-// Threads split the outputs at multiples of this (whole cache lines of y).
-constexpr long kOutputAlign = 16;
+// Outputs per work item of the skinny kernels (a few per thread, handed out dynamically).
+constexpr long kSkinnyChunk = 64;
 // Outputs per BLAS call on the GEMM path.
 constexpr long kGemmChunk = 128;
 
@@ -66,14 +66,12 @@ void linear(const float* x, int n, const WeightMatrix& w, const float* bias, flo
   const long out = w.out;
   const long macs = static_cast<long>(n) * out * w.in;
   if (n <= kSkinnyRows) {
-    const int t = std::min<long>(threads_for(macs, kMinMacsPerThread, threads),
-                                 (out + kOutputAlign - 1) / kOutputAlign);
+    const long chunks = (out + kSkinnyChunk - 1) / kSkinnyChunk;
+    const int t = std::min<long>(threads_for(macs, kMinMacsPerThread, threads), chunks);
     const SkinnyKernel kernel = skinny_kernel(w.dtype);
-    run_parts(t, [&](int part, int parts) {
-      const Range r = part_of(out, parts, part, kOutputAlign);
-      if (r.begin < r.end)
-        kernel({x, n, w.in, w.data, static_cast<int>(r.begin), static_cast<int>(r.end), y, w.out,
-                accumulate});
+    parallel_for(t, chunks, [&](long c, int) {
+      kernel({x, n, w.in, w.data, static_cast<int>(c * kSkinnyChunk),
+              static_cast<int>(std::min(out, (c + 1) * kSkinnyChunk)), y, w.out, accumulate});
     });
   } else {
     // Fixed chunks of outputs, so that no result depends on how many threads share them (BLAS's
@@ -87,11 +85,9 @@ void linear(const float* x, int n, const WeightMatrix& w, const float* bias, flo
     scratch.resize(per_thread * t);
     float* const buffer = scratch.data();  // the workers have thread_local copies of their own
     const float beta = accumulate ? 1.0f : 0.0f;
-    run_parts(t, [&](int part, int parts) {
-      const Range r = part_of(chunks, parts, part, 1);
-      for (long c = r.begin; c < r.end; ++c)
-        gemm_chunk(x, n, w, c * kGemmChunk, std::min(out, (c + 1) * kGemmChunk), beta, y,
-                   buffer + per_thread * part);
+    parallel_for(t, chunks, [&](long c, int thread) {
+      gemm_chunk(x, n, w, c * kGemmChunk, std::min(out, (c + 1) * kGemmChunk), beta, y,
+                 buffer + per_thread * thread);
     });
   }
   if (bias) {
@@ -105,7 +101,7 @@ void linear(const float* x, int n, const WeightMatrix& w, const float* bias, flo
 void linear(const float* x, int n, int in, const float* w, int out, const float* bias, float* y,
             bool accumulate) {
   use_blas_single_threaded();
-  linear(x, n, {w, DType::F32, out, in}, bias, y, accumulate, omp_get_max_threads());
+  linear(x, n, {w, DType::F32, out, in}, bias, y, accumulate, available_cores());
 }
 
 }  // namespace photon::cpu

@@ -23,7 +23,7 @@ constexpr int kSkinnyRows = 32;
 void linear(const float* x, int n, const WeightMatrix& w, const float* bias, float* y,
             bool accumulate, int threads);
 
-// The same for f32 weights on every thread OpenMP offers (the reference of other backends' tests).
+// The same for f32 weights on every core (the reference of other backends' tests).
 void linear(const float* x, int n, int in, const float* w, int out, const float* bias, float* y,
             bool accumulate = false);
 

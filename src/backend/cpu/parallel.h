@@ -1,11 +1,12 @@
-// Parallel regions of the CPU backend. Each model's backend has a thread budget (the load option
-// photon_load_options_set_threads): every region runs on the calling thread plus at most
-// budget - 1 OpenMP workers, and opens only when the work pays for waking them.
+// Parallel loops of the CPU backend. Each model's backend has a thread budget (the load option
+// photon_load_options_set_threads): every loop runs on the calling thread plus at most budget - 1
+// helpers of the process's pool (thread_pool.h), and only when the work pays for waking them.
 #pragma once
 
-#include <omp.h>
-
 #include <algorithm>
+#include <type_traits>
+
+#include "backend/cpu/thread_pool.h"
 
 namespace photon::cpu {
 
@@ -15,27 +16,29 @@ inline int threads_for(long work, long min_per_thread, int budget) {
   return static_cast<int>(std::clamp<long>(useful, 1, std::max(1, budget)));
 }
 
-// Calls fn(part, parts) on `threads` threads (the caller is part 0). fn must not throw: an
-// exception cannot leave an OpenMP region.
+// Calls fn(i, slot) for i in [0, count) on at most `threads` threads, items handed out one at a
+// time; slot in [0, threads) tells apart the threads of this loop (for per-thread scratch). fn must
+// not throw.
 template <typename Fn>
-void run_parts(int threads, Fn&& fn) {
-  if (threads <= 1) {
-    fn(0, 1);
+void parallel_for(int threads, long count, Fn&& fn) {
+  if (threads <= 1 || count <= 1) {
+    for (long i = 0; i < count; ++i) fn(i, 0);
     return;
   }
-#pragma omp parallel num_threads(threads)
-  fn(omp_get_thread_num(), omp_get_num_threads());
+  using F = std::remove_reference_t<Fn>;
+  ThreadPool::instance().run(
+      threads, count, [](void* f, long i, int slot) { (*static_cast<F*>(f))(i, slot); },
+      const_cast<void*>(static_cast<const void*>(&fn)));
 }
 
-// Part `part` of [0, total) cut into `parts` nearly equal pieces whose starts are multiples of
-// `align` (the last piece takes the remainder).
-struct Range {
-  long begin, end;
-};
-inline Range part_of(long total, int parts, int part, long align) {
-  const long units = (total + align - 1) / align;
-  const long begin = units * part / parts * align, end = units * (part + 1) / parts * align;
-  return {std::min(begin, total), std::min(end, total)};
+// The same over rows [0, n) in blocks of at least `min_elements` elements of `row_elements` each:
+// fn(first, end) per block.
+template <typename Fn>
+void parallel_rows(int threads, long n, long row_elements, long min_elements, Fn&& fn) {
+  const long rows = std::max(1L, min_elements / std::max(1L, row_elements));
+  const long blocks = (n + rows - 1) / rows;
+  parallel_for(std::min<long>(threads, blocks), blocks,
+               [&](long b, int) { fn(b * rows, std::min(n, (b + 1) * rows)); });
 }
 
 }  // namespace photon::cpu
