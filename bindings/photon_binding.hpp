@@ -3,8 +3,9 @@
 // It sits on the public C API only (include/photon.h) and gives the generated bindings what the
 // C API leaves to its caller: ownership (a Session keeps its model alive, so a model closed or
 // collected before its sessions is freed only after the last one), idempotent close(), status
-// codes turned into PhotonError, buffers sized by the library's two-call protocol, and a token
-// listener that a managed runtime can implement (SWIG directors) and that may throw.
+// codes turned into PhotonError, buffers sized by the library's two-call protocol, a token
+// listener that a managed runtime can implement (SWIG directors) and that may throw, and a check
+// that turns overlapping calls on one session (photon.h: one thread at a time) into a PhotonError.
 //
 // Header-only: every language's generated wrapper includes it.
 #ifndef PHOTON_BINDING_HPP
@@ -12,11 +13,14 @@
 
 #include <photon.h>
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -24,6 +28,7 @@ namespace photon {
 
 using Bytes = std::vector<std::uint8_t>;
 using TokenIds = std::vector<std::int32_t>;
+using Logprobs = std::vector<float>;
 
 #ifndef SWIG  // the C++-only part: each language's .i turns PhotonError into its own error
 
@@ -180,7 +185,9 @@ class SessionOptions {
 class Session;
 
 // A loaded model. close() (or the garbage collector) drops this handle; the native model is freed
-// once no session of it remains either.
+// once no session of it remains either. Calls may come from many threads at once (Python releases
+// its interpreter lock during them): each holds the model while it runs, so a close() on another
+// thread cannot free it under the call.
 class Model {
  public:
   explicit Model(const std::string& path) : Model(path, 0) {}
@@ -196,52 +203,71 @@ class Model {
     detail::check(photon_model_load(path.c_str(), options.get(), &raw));
     model_.reset(raw, photon_model_free);
   }
-  void close() { model_.reset(); }
-  bool is_closed() const { return !model_; }
+  void close() {
+    std::shared_ptr<photon_model> released;
+    std::lock_guard<std::mutex> lock(mutex_);
+    released.swap(model_);
+  }
+  bool is_closed() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !model_;
+  }
 
   static std::string version() { return photon_version(); }
 
-  std::string arch() const { return photon_model_arch(get()); }
-  int levels() const { return photon_model_levels(get()); }
-  std::uint64_t parameter_count() const { return photon_model_parameter_count(get()); }
-  int vocab_size() const { return photon_model_vocab_size(get()); }
-  int context_length() const { return photon_model_context_length(get()); }
-  int bos() const { return photon_model_bos(get()); }
-  int eos() const { return photon_model_eos(get()); }
-  std::string config_json() const { return photon_model_config_json(get()); }
+  std::string arch() const { return photon_model_arch(shared().get()); }
+  int levels() const { return photon_model_levels(shared().get()); }
+  std::uint64_t parameter_count() const { return photon_model_parameter_count(shared().get()); }
+  int vocab_size() const { return photon_model_vocab_size(shared().get()); }
+  int context_length() const { return photon_model_context_length(shared().get()); }
+  int bos() const { return photon_model_bos(shared().get()); }
+  int eos() const { return photon_model_eos(shared().get()); }
+  std::string config_json() const { return photon_model_config_json(shared().get()); }
 
   // Token ids of UTF-8 text, with BOS first when add_bos.
   TokenIds tokenize(const std::string& text, bool add_bos = true) const {
-    return detail::tokenize(get(), text, add_bos);
+    return detail::tokenize(shared().get(), text, add_bos);
   }
 
   std::string detokenize(const TokenIds& tokens) const {
-    const photon_model* model = get();
+    const std::shared_ptr<photon_model> model = shared();
     std::vector<char> text = detail::fill<std::vector<char>>(
         tokens.size() * 8, 1, [&](char* out, std::size_t capacity, std::size_t* needed) {
-          return photon_model_detokenize(model, tokens.data(), tokens.size(), out, capacity,
+          return photon_model_detokenize(model.get(), tokens.data(), tokens.size(), out, capacity,
                                          needed);
         });
     return std::string(text.begin(), text.end());
   }
 
-#ifndef SWIG
-  const photon_model* get() const {
-    if (!model_) detail::closed("model");
-    return model_.get();
+  // Teacher-forced log-probabilities: element i is log p(tokens[i] | tokens[0..i-1]); element 0
+  // is NaN (the first token is not predicted).
+  Logprobs score(const TokenIds& tokens) const {
+    const std::shared_ptr<photon_model> model = shared();
+    Logprobs logprobs(tokens.size());
+    detail::check(photon_model_score(model.get(), tokens.data(), tokens.size(), logprobs.data()));
+    return logprobs;
   }
-  const std::shared_ptr<photon_model>& shared() const {
-    get();
+
+#ifndef SWIG
+  std::shared_ptr<photon_model> shared() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!model_) detail::closed("model");
     return model_;
   }
 #endif
 
  private:
+  mutable std::mutex mutex_;
   std::shared_ptr<photon_model> model_;
 };
 
 // One generation stream over a model. close() (or the garbage collector) frees it; it keeps its
 // model alive until then.
+//
+// A session serves one call at a time (photon.h). The bindings let any thread call, so a call that
+// would overlap a running one on another thread, or change the session from inside its own token
+// callback, fails with PhotonError instead. cancel() is meant to come from another thread; the
+// getters of plain numbers (position, mode, stop reason) are not checked, for callbacks to read.
 class Session {
  public:
   explicit Session(const Model& model) : Session(model, nullptr) {}
@@ -249,17 +275,20 @@ class Session {
 
   // A session restored from the bytes of save() (made by any language binding or the C API).
   static Session* restore(const Model& model, const Bytes& state) {
+    std::shared_ptr<photon_model> shared = model.shared();
     photon_session* raw = nullptr;
-    detail::check(photon_session_restore(model.get(), state.data(), state.size(), &raw));
-    return new Session(model.shared(), raw);
+    detail::check(photon_session_restore(shared.get(), state.data(), state.size(), &raw));
+    return new Session(std::move(shared), raw);
   }
   static Session* restore_file(const Model& model, const std::string& path) {
+    std::shared_ptr<photon_model> shared = model.shared();
     photon_session* raw = nullptr;
-    detail::check(photon_session_restore_file(model.get(), path.c_str(), &raw));
-    return new Session(model.shared(), raw);
+    detail::check(photon_session_restore_file(shared.get(), path.c_str(), &raw));
+    return new Session(std::move(shared), raw);
   }
 
   void close() {
+    Use use(*this, Use::CHANGE);
     session_.reset();
     model_.reset();
   }
@@ -273,6 +302,7 @@ class Session {
 
   // The token history: prompt and generated tokens.
   TokenIds history() const {
+    Use use(*this, Use::READ);
     const photon_session* session = get();
     const auto size = static_cast<std::size_t>(photon_session_position(session));
     return detail::fill<TokenIds>(
@@ -282,21 +312,26 @@ class Session {
   }
 
   void prefill(const TokenIds& tokens) {
+    Use use(*this, Use::CHANGE);
     detail::check(photon_session_prefill(get(), tokens.data(), tokens.size()));
   }
   // Tokenizes text (BOS first when the session is still empty) and prefills it.
   void prefill(const std::string& text) {
+    Use use(*this, Use::CHANGE);
     const bool empty = photon_session_position(get()) == 0;
-    prefill(detail::tokenize(model_.get(), text, empty));
+    const TokenIds tokens = detail::tokenize(model_.get(), text, empty);
+    detail::check(photon_session_prefill(get(), tokens.data(), tokens.size()));
   }
 
   // Generates up to max_tokens tokens; returns how many were delivered.
   int generate(int max_tokens) {
+    Use use(*this, Use::CHANGE);
     std::int32_t generated = 0;
     detail::check(photon_session_generate(get(), max_tokens, nullptr, nullptr, &generated));
     return generated;
   }
   int generate(int max_tokens, TokenListener& listener) {
+    Use use(*this, Use::CHANGE);
     Call call{&listener, nullptr};
     std::int32_t generated = 0;
     const photon_status status =
@@ -320,6 +355,7 @@ class Session {
   // Pull-style generation: the next token's id, or -1 once generation stopped (stop_reason()
   // says why). last_piece() and last_logprob() describe the token just returned.
   int next_token() {
+    Use use(*this, Use::CHANGE);
     std::int32_t token = -1;
     std::size_t piece_len = 0;
     photon_status status = photon_session_next_token(get(), &token, piece_.data(), piece_.size(),
@@ -340,10 +376,12 @@ class Session {
   void cancel() { photon_session_cancel(session_.get()); }
 
   void set_sampler(const SessionOptions& options) {
+    Use use(*this, Use::CHANGE);
     detail::check(photon_session_set_sampler(get(), options.get()));
   }
 
   Bytes save() {
+    Use use(*this, Use::CHANGE);  // a save rolls back tokens sampled ahead
     photon_session* session = get();
     return detail::fill<Bytes>(0, 0,
                                [&](std::uint8_t* out, std::size_t capacity, std::size_t* needed) {
@@ -351,6 +389,7 @@ class Session {
                                });
   }
   void save_file(const std::string& path) {
+    Use use(*this, Use::CHANGE);
     detail::check(photon_session_save_file(get(), path.c_str()));
   }
 
@@ -361,6 +400,35 @@ class Session {
   }
 
  private:
+  // Claims the session for a call. CHANGE needs it idle; READ also runs inside a call of the same
+  // thread (a token callback reading the history).
+  class Use {
+   public:
+    enum Kind { READ, CHANGE };
+    Use(const Session& session, Kind kind) : session_(session) {
+      const std::thread::id self = std::this_thread::get_id();
+      std::thread::id idle;
+      if (session.user_.compare_exchange_strong(idle, self)) {
+        claimed_ = true;
+      } else if (kind == CHANGE || idle != self) {
+        throw PhotonError(PHOTON_ERR_INVALID_ARGUMENT,
+                          idle == self ? "photon: the session cannot be changed from inside its "
+                                         "own token callback"
+                                       : "photon: the session is busy with a call on another "
+                                         "thread (a session serves one call at a time)");
+      }
+    }
+    ~Use() {
+      if (claimed_) session_.user_.store(std::thread::id());
+    }
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+
+   private:
+    const Session& session_;
+    bool claimed_ = false;
+  };
+
   struct Call {
     TokenListener* listener;
     std::exception_ptr error;
@@ -400,8 +468,12 @@ class Session {
   static TokenIds run_batch(const std::vector<Session*>& sessions, int max_tokens,
                             BatchListener* listener) {
     std::vector<photon_session*> handles;
+    std::vector<std::unique_ptr<Use>> uses;
     for (const Session* session : sessions) {
       if (!session) throw PhotonError(PHOTON_ERR_INVALID_ARGUMENT, "photon: a null session");
+      bool repeated = false;  // the library names a session given twice
+      for (const photon_session* handle : handles) repeated = repeated || handle == session->get();
+      if (!repeated) uses.push_back(std::make_unique<Use>(*session, Use::CHANGE));
       handles.push_back(session->get());
     }
     TokenIds generated(sessions.size());
@@ -428,6 +500,7 @@ class Session {
   // Declared first so that it is destroyed last: the session must go before its model.
   std::shared_ptr<photon_model> model_;
   std::unique_ptr<photon_session, Free> session_;
+  mutable std::atomic<std::thread::id> user_{};  // the thread of the running call, if any
   std::vector<char> piece_ = std::vector<char>(64);
   std::string last_piece_;
   float logprob_ = 0.0f;

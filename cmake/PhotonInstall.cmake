@@ -1,6 +1,7 @@
 # Installation for C and C++ consumers: `cmake --install` puts photon.h, libphoton (with its
-# versioned SONAME), the photon CLI, a CMake package (find_package(photon) gives photon::photon)
-# and a pkg-config file (photon.pc) under the prefix. Everything is relocatable.
+# versioned SONAME), the photon CLI, a CMake package (find_package(photon) gives photon::photon),
+# a pkg-config file (photon.pc) and the shipped model (share/photon/models) under the prefix; the
+# bindings install their packages from bindings/. Everything is relocatable.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -12,6 +13,8 @@ install(TARGETS photon EXPORT photonTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT Runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/include/photon.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT Development)
+install(FILES ${PROJECT_SOURCE_DIR}/models/photon-kjv.photon
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/photon/models COMPONENT Runtime)
 if(TARGET photon_cli)
   # The installed CLI finds the installed library wherever the prefix is moved.
   file(RELATIVE_PATH cli_to_lib ${CMAKE_INSTALL_FULL_BINDIR} ${CMAKE_INSTALL_FULL_LIBDIR})

@@ -24,6 +24,7 @@ if(PHOTON_FUZZ)
   endif()
   # Coverage feedback for libFuzzer in every object; only the fuzz targets link its main().
   add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=fuzzer-no-link>)
+  set(PHOTON_INSTRUMENTED_C_FLAGS -fsanitize=fuzzer-no-link)
 endif()
 
 if(PHOTON_SANITIZE)
@@ -34,6 +35,9 @@ if(PHOTON_SANITIZE)
   add_link_options(${photon_sanitizer_flags})
   # C programs (the C example and header test) link the C++ parts of the runtimes too: the library
   # they use is C++ and instrumented.
-  add_link_options("$<$<LINK_LANGUAGE:C>:-fsanitize-link-c++-runtime;-Wl,--push-state,--no-as-needed,-lstdc++,--pop-state>")
+  set(photon_c_link_flags -fsanitize-link-c++-runtime -Wl,--push-state,--no-as-needed,-lstdc++,--pop-state)
+  add_link_options("$<$<LINK_LANGUAGE:C>:${photon_c_link_flags}>")
+  # What a C program built outside CMake (the README example test) needs to link the library.
+  list(APPEND PHOTON_INSTRUMENTED_C_FLAGS ${photon_sanitizer_flags} ${photon_c_link_flags})
   message(STATUS "photon: sanitizers ${PHOTON_SANITIZE}")
 endif()

@@ -317,7 +317,9 @@ typedef struct photon_session photon_session;
 typedef struct photon_session_options photon_session_options;
 
 typedef enum photon_mode {
-  PHOTON_MODE_AUTO = 0,    /* RecGen for PHOTON with L >= 2, else HierGen (vanilla: plain) */
+  PHOTON_MODE_AUTO = 0,    /* the model's recommended mode (metadata "photon.default_mode":
+                              "hiergen" or "recgen"), else RecGen for PHOTON with L >= 2, else
+                              HierGen (vanilla: plain) */
   PHOTON_MODE_HIERGEN = 1, /* encoder-consistent: logits equal teacher forcing; KV at every level */
   PHOTON_MODE_RECGEN = 2   /* recursive generation: only the top level's KV cache is kept */
 } photon_mode;
@@ -346,24 +348,47 @@ PHOTON_API photon_status photon_session_options_set_mode(photon_session_options 
  * costs address space, not resident memory. */
 PHOTON_API photon_status photon_session_options_set_context_length(photon_session_options *options,
                                                                    int32_t context_length);
-/* Seed of the sampler's random generator. The same seed, model and tokens give the same output. */
+/* Sampling. Each token is chosen from the model's logits l (one per vocabulary id) in this order:
+ *   1. Repetition penalty r (if r != 1 and last_n > 0): each distinct id among the last last_n
+ *      tokens of the history (prompt included) gets l / r if l > 0, else l * r.
+ *   2. Temperature 0 (greedy): the token is the id with the largest logit after step 1, the
+ *      lowest id on ties; the steps below do not apply.
+ *   3. Top-k (if 0 < k < vocabulary size): only the k ids with the largest logits stay (the
+ *      lower id first on ties).
+ *   4. Softmax at temperature T over the ids left: p_i = exp(l_i / T) / sum_j exp(l_j / T).
+ *   5. Min-p and top-p, both over these p (that is, after the penalty, the temperature and
+ *      top-k, normalized over the ids top-k kept), with the ids ranked by p (the lower id first
+ *      on ties): min-p drops every id with p_i < min_p * max_j p_j; top-p keeps the shortest
+ *      prefix of the ranking whose p sum to at least top_p. An id stays if both keep it; the
+ *      most likely id always stays.
+ *   6. The token is drawn from the ids left, with probabilities p renormalized over them, by a
+ *      uniform random number that depends only on the seed and the token's position in the
+ *      history. So batched, restored and RecGen's chunk-parallel decoding draw exactly the tokens
+ *      one sequential session draws.
+ * The logprob delivered with each token is log softmax(l) of the unmodified logits: temperature
+ * 1, no penalty, no filter. */
+
+/* Seed of the sampler's random generator. The same seed, model, tokens and settings give the same
+ * output. */
 PHOTON_API photon_status photon_session_options_set_seed(photon_session_options *options,
                                                          uint64_t seed);
-/* Softmax temperature >= 0; 0 selects greedy decoding (argmax, lowest id on ties). */
+/* Softmax temperature T >= 0 (step 4 above); 0 selects greedy decoding (step 2). */
 PHOTON_API photon_status photon_session_options_set_temperature(photon_session_options *options,
                                                                 float temperature);
-/* Keep only the k most likely tokens before sampling; 0 disables. */
+/* Top-k (step 3): keep only the k ids with the largest logits; 0 disables. */
 PHOTON_API photon_status photon_session_options_set_top_k(photon_session_options *options,
                                                           int32_t top_k);
-/* Nucleus sampling: keep the smallest set of tokens whose probability reaches p, in (0, 1]. */
+/* Nucleus sampling (step 5): keep the most likely ids whose probabilities reach top_p, in (0, 1];
+ * 1 disables. */
 PHOTON_API photon_status photon_session_options_set_top_p(photon_session_options *options,
                                                           float top_p);
-/* Drop tokens whose probability is below min_p times the top token's, in [0, 1). */
+/* Min-p (step 5): drop ids whose probability is below min_p times the most likely id's, in [0, 1);
+ * 0 disables. */
 PHOTON_API photon_status photon_session_options_set_min_p(photon_session_options *options,
                                                           float min_p);
-/* CTRL-style repetition penalty >= 1 (1 disables) over the last last_n tokens of the history
- * (prompt included). With a penalty, RecGen decodes sibling windows one after another, since each
- * token then depends on the ones before it. */
+/* CTRL-style repetition penalty >= 1 (step 1; 1 disables) over the last last_n tokens of the
+ * history (prompt included). With a penalty, RecGen decodes sibling windows one after another,
+ * since each token then depends on the ones before it. */
 PHOTON_API photon_status photon_session_options_set_repetition_penalty(
     photon_session_options *options, float penalty, int32_t last_n);
 /* Non-zero: do not stop at the end-of-sequence token (it is sampled like any other). */
@@ -385,16 +410,52 @@ PHOTON_API void photon_session_free(photon_session *session);
 /* The mode the session runs in (AUTO resolved to HIERGEN or RECGEN). */
 PHOTON_API photon_mode photon_session_mode(const photon_session *session);
 
-/* Consumes tokens into the session, in parallel (teacher-forced), after whatever it holds already.
- * The first prefill of a session normally starts with BOS (photon_model_tokenize with add_bos).
- * Fails with PHOTON_ERR_BAD_TOKEN, PHOTON_ERR_CONTEXT_FULL (the session is then unchanged),
- * PHOTON_ERR_CANCELLED, or PHOTON_ERR_UNSUPPORTED for a RecGen session that has already generated
- * (RecGen conditions on its own reconstructions; more prompt needs a new session). Long prompts are
- * consumed in slices of 512 tokens; photon_session_cancel stops between slices: a HierGen or vanilla
- * session keeps the slices consumed so far (photon_session_position tells how many), a RecGen
- * session keeps its state from before the call. */
+/* Consumes tokens into the session, in parallel, after whatever it holds already. The first
+ * prefill of a session normally starts with BOS (photon_model_tokenize with add_bos). HierGen and
+ * vanilla consume the tokens teacher-forced, and so does RecGen before it has generated. A RecGen
+ * session that has generated takes more known tokens (the next turn of a chat) as it takes the
+ * tokens it sampled: each one enters only its own level-1 window, the latents above stay RecGen's
+ * own, and all windows of a level-2 unit run together (docs/model.md). Fails with
+ * PHOTON_ERR_BAD_TOKEN, PHOTON_ERR_CONTEXT_FULL (the session is then unchanged) or
+ * PHOTON_ERR_CANCELLED. Long prompts are consumed in slices of 512 tokens (a RecGen continuation
+ * a level-2 unit at a time); photon_session_cancel stops between them: a HierGen or vanilla
+ * session, or a RecGen continuation, keeps what it consumed so far (photon_session_position tells
+ * how much), a RecGen prompt leaves the session as it was before the call. */
 PHOTON_API photon_status photon_session_prefill(photon_session *session, const int32_t *tokens,
                                                 size_t n_tokens);
+
+/* photon_session_prefill, also writing logprobs[i] = log p(tokens[i] | all tokens before it) as
+ * the session conditions it (logprobs holds n_tokens floats; NaN for the first token of an empty
+ * session). A RecGen continuation computes them on the way; otherwise they are teacher forcing's,
+ * from a scoring pass over the session's whole history and the tokens. */
+PHOTON_API photon_status photon_session_prefill_logprobs(photon_session *session,
+                                                         const int32_t *tokens, size_t n_tokens,
+                                                         float *logprobs);
+
+/* Scoring in a generation mode: the log-probabilities a session of that mode assigns to a known
+ * sequence. Options may be freed right after the call that uses them. */
+typedef struct photon_score_options photon_score_options;
+
+PHOTON_API photon_status photon_score_options_create(photon_score_options **out);
+/* Frees options; NULL is accepted. */
+PHOTON_API void photon_score_options_free(photon_score_options *options);
+/* PHOTON_MODE_AUTO (the default) and PHOTON_MODE_HIERGEN score teacher-forced, as
+ * photon_model_score. PHOTON_MODE_RECGEN scores as a RecGen session that was given the prompt
+ * (below) and then consumed every later token as one it sampled; it needs PHOTON with L >= 2. */
+PHOTON_API photon_status photon_score_options_set_mode(photon_score_options *options,
+                                                       photon_mode mode);
+/* The first n tokens are the prompt (n >= 1; default 1, BOS alone). Their log-probabilities, and
+ * the next token's, are teacher forcing's in every mode; n >= n_tokens is teacher forcing
+ * throughout. */
+PHOTON_API photon_status photon_score_options_set_prompt_tokens(photon_score_options *options,
+                                                                size_t n);
+
+/* photon_model_score under options (NULL: the defaults, which equal photon_model_score). Fails as
+ * photon_model_score does, and with PHOTON_ERR_UNSUPPORTED for RecGen on a model without it. */
+PHOTON_API photon_status photon_model_score_with(const photon_model *model, const int32_t *tokens,
+                                                 size_t n_tokens,
+                                                 const photon_score_options *options,
+                                                 float *logprobs);
 
 /* Receives each generated token in order: its id, its text piece (UTF-8 complete: bytes of a
  * character split across tokens are held back until the character is whole, so a piece may be

@@ -26,11 +26,20 @@ import torch
 from photon_ref.model import Config, Vanilla
 from training.corpus import BOS
 from training.export import write_interchange
-from training.model import build_train_model, init_weights, losses
+from training.model import build_train_model, init_weights, losses, recgen_token_loss
 
 TRAIN_DEFAULTS = {
     "alpha": 0.0,  # weight of the recursive loss (spec 3.4)
     "detach_rec_target": False,  # no gradient from the recursive loss into the encoder states
+    # RecGen-conditioned NLL (training.model.recgen_token_loss), added with this weight: each step
+    # draws a prompt length K uniformly from recgen_prompt (both ends included, the same K for the
+    # whole batch) and scores the recgen_horizon tokens after it (null: to the end) as a RecGen
+    # session that was given the first K tokens would; recgen_units draws that many level-1 units of
+# those to score (an unbiased estimate at a fraction of the cost).
+    "recgen_weight": 0.0,
+    "recgen_prompt": [1, 64],
+    "recgen_horizon": None,
+    "recgen_units": None,  # level-1 windows scored per step, drawn after the prompt (null: all)
     "seq_len": 256,  # tokens per training sequence, BOS included
     "batch_size": 16,
     "tokens": 2_000_000,  # budget: training tokens (batch_size * seq_len per step)
@@ -76,6 +85,21 @@ def train_batch(stream, step, train):
     return torch.from_numpy(np.concatenate([np.full((len(rows), 1), BOS), rows], axis=1))
 
 
+def recgen_draw(step, train, chunk_len):
+    """(prompt length K, level-1 units to score or None) of a step's RecGen loss, a function of
+    (seed, step): K uniform in recgen_prompt, the units drawn without replacement from those that
+    hold a position in [K, seq_len)."""
+    rng = np.random.default_rng([train["seed"], step, 1])
+    low, high = train["recgen_prompt"]
+    K = int(rng.integers(low, high + 1))
+    if not train["recgen_units"]:
+        return K, None
+    candidates = np.arange(K // chunk_len, -(-train["seq_len"] // chunk_len))
+    chosen = rng.choice(candidates, size=min(train["recgen_units"], len(candidates)),
+                        replace=False)
+    return K, torch.from_numpy(np.sort(chosen))
+
+
 def validation_batches(stream, train):
     """The validation split cut into consecutive windows of seq_len - 1 tokens, each after BOS."""
     n = train["seq_len"] - 1
@@ -86,18 +110,27 @@ def validation_batches(stream, train):
     return [torch.from_numpy(rows[i:i + size]) for i in range(0, windows, size)]
 
 
+VALID_RECGEN_PROMPT = 32  # the prompt length of docs/quality.md's RecGen perplexity
+
+
 @torch.no_grad()
 def validate(model, batches, alpha):
+    """(token loss, [recursive loss per level], RecGen token loss after a 32-token prompt or None
+    for models without RecGen), means over the validation windows."""
     model.eval()
-    token_sum, rec_sum, count = 0.0, None, 0
+    token_sum, rec_sum, recgen_sum, count = 0.0, None, 0.0, 0
+    has_recgen = not isinstance(model, Vanilla) and model.config.num_levels >= 2
     for tokens in batches:
-        _, token_loss, rec = losses(model, tokens, alpha)
+        _, token_loss, rec, _ = losses(model, tokens, alpha)
         token_sum += float(token_loss) * len(tokens)
         rec_values = [float(r) * len(tokens) for r in rec]
         rec_sum = rec_values if rec_sum is None else [a + b for a, b in zip(rec_sum, rec_values)]
+        if has_recgen:
+            recgen_sum += float(recgen_token_loss(model, tokens, VALID_RECGEN_PROMPT)) * len(tokens)
         count += len(tokens)
     model.train()
-    return token_sum / count, [r / count for r in rec_sum or []]
+    return (token_sum / count, [r / count for r in rec_sum or []],
+            recgen_sum / count if has_recgen else None)
 
 
 def optimizer_for(model, train):
@@ -205,8 +238,13 @@ def run(args):
         lr = learning_rate(step, total_steps, train)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        loss, token_loss, rec = losses(model, train_batch(train_stream, step, train), alpha,
-                                       train["detach_rec_target"])
+        tokens = train_batch(train_stream, step, train)
+        recgen = None
+        if train["recgen_weight"]:
+            K, units = recgen_draw(step, train, config.level(1).chunk_len)
+            recgen = (train["recgen_weight"], K, train["recgen_horizon"], units)
+        loss, token_loss, rec, recgen_loss = losses(model, tokens, alpha,
+                                                    train["detach_rec_target"], recgen)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train["grad_clip"])
@@ -215,18 +253,23 @@ def run(args):
         elapsed += time.monotonic() - started
         record = {"kind": "train", "step": step, "tokens": step * tokens_per_step,
                   "loss": float(loss), "token_loss": float(token_loss),
-                  "rec_loss": [float(r) for r in rec], "lr": lr, "grad_norm": float(grad_norm),
+                  "rec_loss": [float(r) for r in rec],
+                  "recgen_loss": None if recgen_loss is None else float(recgen_loss),
+                  "lr": lr, "grad_norm": float(grad_norm),
                   "elapsed": round(elapsed, 3)}
         write(record)
         if step % train["eval_every"] == 0 or step == total_steps:
-            valid_token, valid_rec = validate(model, valid, alpha)
+            valid_token, valid_rec, valid_recgen = validate(model, valid, alpha)
             write({"kind": "valid", "step": step, "tokens": step * tokens_per_step,
-                   "token_loss": valid_token, "rec_loss": valid_rec})
+                   "token_loss": valid_token, "rec_loss": valid_rec,
+                   "recgen_loss": valid_recgen})
         if step % train["checkpoint_every"] == 0 or step == total_steps:
             save_checkpoint(checkpoint, model, optimizer, step, elapsed)
         rate = step * tokens_per_step / elapsed
         eta = (total_steps - step) * tokens_per_step / rate
         rec_text = "".join(f" rec {r:.3f}" for r in record["rec_loss"]) if is_photon else ""
+        if recgen_loss is not None:
+            rec_text += f" recgen {float(recgen_loss):.3f}"
         progress.update(step, f"loss {record['token_loss']:.3f}{rec_text} lr {lr:.1e} "
                               f"{rate:.0f} tok/s eta {format_duration(eta)}")
     progress.close()

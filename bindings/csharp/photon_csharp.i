@@ -60,6 +60,7 @@ static void photon_csharp_vector_free(void *vector) {
   }
 PHOTON_CSHARP_VECTOR_EXPORTS(bytes, photon::Bytes)
 PHOTON_CSHARP_VECTOR_EXPORTS(ids, photon::TokenIds)
+PHOTON_CSHARP_VECTOR_EXPORTS(floats, photon::Logprobs)
 %}
 
 %pragma(csharp) imclassimports=%{
@@ -108,6 +109,13 @@ using System.Runtime.InteropServices;
   internal static extern void photon_csharp_ids_free(IntPtr vector);
   internal static IntPtr NewIds(int[] data, string name) =>
       photon_csharp_ids_new(data ?? throw new ArgumentNullException(name), data.Length);
+
+  [DllImport("$dllimport")]
+  internal static extern int photon_csharp_floats_size(IntPtr vector);
+  [DllImport("$dllimport")]
+  internal static extern void photon_csharp_floats_copy(IntPtr vector, [Out] float[] output);
+  [DllImport("$dllimport")]
+  internal static extern void photon_csharp_floats_free(IntPtr vector);
 %}
 
 /* Errors: PhotonException for a failed call, ObjectDisposedException after Dispose. */
@@ -132,7 +140,7 @@ using System.Runtime.InteropServices;
 %}
 %enddef
 
-/* photon::Bytes <-> byte[], photon::TokenIds <-> int[]. */
+/* photon::Bytes <-> byte[], photon::TokenIds <-> int[], photon::Logprobs -> float[]. */
 %define PHOTON_CSHARP_ARRAY(CTYPE, CSTYPE, NAME)
 %typemap(ctype) CTYPE, const CTYPE & "void *"
 %typemap(imtype) CTYPE, const CTYPE & "global::System.IntPtr"
@@ -152,6 +160,7 @@ using System.Runtime.InteropServices;
 %enddef
 PHOTON_CSHARP_ARRAY(photon::Bytes, byte, bytes)
 PHOTON_CSHARP_ARRAY(photon::TokenIds, int, ids)
+PHOTON_CSHARP_ARRAY(photon::Logprobs, float, floats)
 %typemap(csin,
     pre="    var native$csinput = $imclassname.NewBytes($csinput, nameof($csinput));",
     post="      $imclassname.photon_csharp_bytes_free(native$csinput);")

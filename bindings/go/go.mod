@@ -1,3 +1,3 @@
-module photon
+module photon.sdk/photon
 
 go 1.19

@@ -8,10 +8,11 @@ package photon
 
 import (
 	"errors"
+	"math"
 	"runtime"
 	"strconv"
 
-	"photon/internal/native"
+	"photon.sdk/photon/internal/native"
 )
 
 // Error is a failed PHOTON call.
@@ -22,6 +23,19 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// int32Arg checks that an int argument fits the library's 32-bit parameter, which would otherwise
+// wrap (1<<32 + 3 read as 3).
+func int32Arg(name string, value int) error {
+	if value < math.MinInt32 || value > math.MaxInt32 {
+		return &Error{
+			Status:     1,
+			StatusName: "PHOTON_ERR_INVALID_ARGUMENT",
+			Message:    "photon: " + name + " = " + strconv.Itoa(value) + " is outside the int32 range",
+		}
+	}
+	return nil
+}
 
 // ErrClosed is returned by calls on a closed Model or Session.
 var ErrClosed = errors.New("photon: use of a closed model or session")
@@ -167,8 +181,10 @@ func (m *Model) Tokenize(text string, addBOS bool) ([]int32, error) {
 	}
 	defer runtime.KeepAlive(m)
 	var ids []int32
-	err := call(func() { ids = m.native.Tokenize(text, addBOS) })
-	return ids, err
+	if err := call(func() { ids = m.native.Tokenize(text, addBOS) }); err != nil {
+		return nil, err
+	}
+	return ids, nil
 }
 
 // Detokenize turns token ids back into text.
@@ -178,8 +194,24 @@ func (m *Model) Detokenize(ids []int32) (string, error) {
 	}
 	defer runtime.KeepAlive(m)
 	var text string
-	err := call(func() { text = m.native.Detokenize(ids) })
-	return text, err
+	if err := call(func() { text = m.native.Detokenize(ids) }); err != nil {
+		return "", err
+	}
+	return text, nil
+}
+
+// Score returns teacher-forced log-probabilities: element i is log p(ids[i] | ids[:i]); element 0
+// is NaN (the first token, normally BOS, is not predicted).
+func (m *Model) Score(ids []int32) ([]float32, error) {
+	if m.native == nil {
+		return nil, ErrClosed
+	}
+	defer runtime.KeepAlive(m)
+	var logprobs []float32
+	if err := call(func() { logprobs = m.native.Score(ids) }); err != nil {
+		return nil, err
+	}
+	return logprobs, nil
 }
 
 // NewSession opens a generation session; options may be nil for the defaults.

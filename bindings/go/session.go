@@ -4,7 +4,7 @@ import (
 	"errors"
 	"runtime"
 
-	"photon/internal/native"
+	"photon.sdk/photon/internal/native"
 )
 
 // SessionOptions are the settings of a session. The zero value holds the defaults: mode Auto,
@@ -26,6 +26,19 @@ type SessionOptions struct {
 
 // build makes the native options; o may be nil.
 func (o *SessionOptions) build() (settings native.SessionOptions, err error) {
+	if o != nil {
+		for _, field := range []struct {
+			name  string
+			value int
+		}{
+			{"ContextLength", o.ContextLength}, {"TopK", o.TopK},
+			{"RepetitionLastN", o.RepetitionLastN},
+		} {
+			if err := int32Arg(field.name, field.value); err != nil {
+				return nil, err
+			}
+		}
+	}
 	err = call(func() {
 		settings = native.NewSessionOptions()
 		if o == nil || native.LastStatus() != 0 {
@@ -128,9 +141,12 @@ func (s *Session) run(f func(native.Session)) error {
 }
 
 // History returns the token ids the session holds: prompt and generated.
-func (s *Session) History() (ids []int32, err error) {
-	err = s.run(func(n native.Session) { ids = n.History() })
-	return ids, err
+func (s *Session) History() ([]int32, error) {
+	var ids []int32
+	if err := s.run(func(n native.Session) { ids = n.History() }); err != nil {
+		return nil, err
+	}
+	return ids, nil
 }
 
 // Prefill consumes token ids (the first prefill normally starts with BOS).
@@ -162,9 +178,12 @@ func (s *Session) SetSampler(options SessionOptions) error {
 }
 
 // Save serializes the session's complete state; Model.RestoreSession continues from it.
-func (s *Session) Save() (state []byte, err error) {
-	err = s.run(func(n native.Session) { state = n.Save() })
-	return state, err
+func (s *Session) Save() ([]byte, error) {
+	var state []byte
+	if err := s.run(func(n native.Session) { state = n.Save() }); err != nil {
+		return nil, err
+	}
+	return state, nil
 }
 
 // SaveFile writes the session's state to a file.
@@ -174,12 +193,18 @@ func (s *Session) SaveFile(path string) error {
 
 // Generate produces up to maxTokens tokens, passing each to onToken (which may be nil), and
 // returns how many were delivered. onToken returns nil to go on, ErrStop to stop, or another error
-// to stop and have Generate return it. A panic in onToken stops generation and is re-raised here.
+// to stop and have Generate return it (with the count delivered so far). A panic in onToken stops
+// generation and is re-raised here. A failed call returns 0 and the error.
 func (s *Session) Generate(maxTokens int, onToken func(Token) error) (int, error) {
+	if err := int32Arg("maxTokens", maxTokens); err != nil {
+		return 0, err
+	}
 	generated := 0
 	if onToken == nil {
-		err := s.run(func(n native.Session) { generated = n.GenerateQuietly(maxTokens) })
-		return generated, err
+		if err := s.run(func(n native.Session) { generated = n.GenerateQuietly(maxTokens) }); err != nil {
+			return 0, err
+		}
+		return generated, nil
 	}
 	listener := &tokenListener{onToken: onToken}
 	director := native.NewDirectorTokenListener(listener)
@@ -188,10 +213,10 @@ func (s *Session) Generate(maxTokens int, onToken func(Token) error) (int, error
 	if listener.panicked {
 		panic(listener.panicValue)
 	}
-	if listener.err != nil {
-		return generated, listener.err
+	if err != nil {
+		return 0, err
 	}
-	return generated, err
+	return generated, listener.err
 }
 
 // tokenListener is the Go side of the SWIG director that receives generate's tokens.
@@ -221,10 +246,14 @@ func (l *tokenListener) OnToken(token int, piece string, logprob float32) (keepG
 // their matrix products batched; each produces exactly the tokens Generate would have. onToken
 // (may be nil) receives each token with its session's index in sessions and returns as for
 // Generate, for that session: ErrStop stops it; another error or a panic stops them all and is
-// returned or re-raised. The result holds how many tokens each session delivered.
+// returned or re-raised. The result holds how many tokens each session delivered (nil when the
+// call failed).
 func GenerateBatch(
 	sessions []*Session, maxTokens int, onToken func(int, Token) error,
 ) ([]int, error) {
+	if err := int32Arg("maxTokens", maxTokens); err != nil {
+		return nil, err
+	}
 	vector := native.NewSessionVector()
 	defer native.DeleteSessionVector(vector)
 	for _, session := range sessions {
@@ -235,6 +264,7 @@ func GenerateBatch(
 	}
 	defer runtime.KeepAlive(sessions)
 	var generated []int32
+	var callbackErr error
 	var err error
 	if onToken == nil {
 		err = call(func() { generated = native.SessionGenerateBatchQuietly(vector, maxTokens) })
@@ -248,15 +278,16 @@ func GenerateBatch(
 		if listener.panicked {
 			panic(listener.panicValue)
 		}
-		if listener.err != nil {
-			err = listener.err
-		}
+		callbackErr = listener.err
+	}
+	if err != nil {
+		return nil, err
 	}
 	counts := make([]int, len(generated))
 	for i, n := range generated {
 		counts[i] = int(n)
 	}
-	return counts, err
+	return counts, callbackErr
 }
 
 // batchListener is the Go side of the SWIG director that receives a batch's tokens.

@@ -167,7 +167,7 @@ static void photon_java_throw(JNIEnv *jenv, const photon::PhotonError &error) {
 /* 64-bit unsigned values (seed, parameter count) as long: Java has no unsigned types. */
 %apply long long { std::uint64_t };
 
-/* photon::Bytes <-> byte[], photon::TokenIds <-> int[]. */
+/* photon::Bytes <-> byte[], photon::TokenIds <-> int[], photon::Logprobs -> float[]. */
 %define PHOTON_JAVA_ARRAY(CTYPE, JNITYPE, JTYPE, ELEMENT, NEW, GET, SET)
 %typemap(jni) CTYPE, const CTYPE & "JNITYPE"
 %typemap(jtype) CTYPE, const CTYPE & "JTYPE"
@@ -198,6 +198,8 @@ PHOTON_JAVA_ARRAY(photon::Bytes, jbyteArray, byte[], jbyte, NewByteArray, GetByt
                   SetByteArrayRegion)
 PHOTON_JAVA_ARRAY(photon::TokenIds, jintArray, int[], jint, NewIntArray, GetIntArrayRegion,
                   SetIntArrayRegion)
+PHOTON_JAVA_ARRAY(photon::Logprobs, jfloatArray, float[], jfloat, NewFloatArray,
+                  GetFloatArrayRegion, SetFloatArrayRegion)
 
 /* SessionOptions setters chain on the object itself: a new proxy for the returned reference would
  * not keep the options alive. */

@@ -1,11 +1,14 @@
 /* photon_python.i -- the Python binding: package photon (photon/__init__.py re-exports this
  * module, photon.native, whose extension is photon._native). */
-%module(package="photon", directors="1") native
+%module(package="photon", directors="1", threads="1") native
 
 %include <std_string.i>
 
 %{
 #include "photon_binding.hpp"
+
+#include <climits>
+#include <cstdint>
 
 /* photon.PhotonError, created when the extension is imported. */
 static PyObject *photon_python_error = nullptr;
@@ -40,6 +43,106 @@ static PyObject *photon_python_enum(const char *name, int value) {
   Py_DECREF(type);
   return result;
 }
+
+/* Arguments are converted here, with messages that name the argument, instead of by SWIG's
+ * generic conversions ("in method 'x', argument 2 of type 'int'"). Each returns false with a
+ * Python exception set. */
+
+/* An integer in [low, high]: any object with __index__ (int, numpy integers), never truncated. */
+static bool photon_python_integer(PyObject *object, const char *name, long long low,
+                                  unsigned long long high, unsigned long long *out) {
+  PyObject *index = PyNumber_Index(object);
+  if (!index) {
+    PyErr_Format(PyExc_TypeError, "photon: %s must be an int, not %.100s", name,
+                 Py_TYPE(object)->tp_name);
+    return false;
+  }
+  int overflow = 0;
+  const long long value = PyLong_AsLongLongAndOverflow(index, &overflow);
+  bool fits = false;
+  if (overflow == 0 && !PyErr_Occurred()) {
+    fits = value >= low && (value < 0 || static_cast<unsigned long long>(value) <= high);
+    *out = static_cast<unsigned long long>(value);
+  } else if (overflow > 0) {  /* above LLONG_MAX: may still fit an unsigned 64-bit range */
+    *out = PyLong_AsUnsignedLongLong(index);
+    fits = !PyErr_Occurred() && *out <= high;
+  }
+  PyErr_Clear();
+  if (!fits) {
+    PyErr_Format(PyExc_OverflowError, "photon: %s = %S is out of range [%lld, %llu]", name, index,
+                 low, high);
+  }
+  Py_DECREF(index);
+  return fits;
+}
+
+static bool photon_python_int(PyObject *object, const char *name, int *out) {
+  unsigned long long value = 0;
+  if (!photon_python_integer(object, name, INT_MIN, INT_MAX, &value)) return false;
+  *out = static_cast<int>(static_cast<long long>(value));
+  return true;
+}
+
+/* UTF-8 text: str, or bytes-like objects taken as they are. */
+static bool photon_python_text(PyObject *object, const char *name, std::string *out) {
+  if (PyUnicode_Check(object)) {
+    Py_ssize_t size = 0;
+    const char *data = PyUnicode_AsUTF8AndSize(object, &size);
+    if (!data) return false;
+    out->assign(data, static_cast<size_t>(size));
+    return true;
+  }
+  Py_buffer view;
+  if (!PyObject_CheckBuffer(object) || PyObject_GetBuffer(object, &view, PyBUF_SIMPLE) < 0) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "photon: %s must be str or bytes, not %.100s", name,
+                 Py_TYPE(object)->tp_name);
+    return false;
+  }
+  out->assign(static_cast<const char *>(view.buf), static_cast<size_t>(view.len));
+  PyBuffer_Release(&view);
+  return true;
+}
+
+/* A file system path: str, bytes or os.PathLike (pathlib.Path), encoded as the OS expects. */
+static bool photon_python_path(PyObject *object, std::string *out) {
+  PyObject *path = PyOS_FSPath(object);
+  if (!path) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "photon: path must be str, bytes or os.PathLike, not %.100s",
+                 Py_TYPE(object)->tp_name);
+    return false;
+  }
+  PyObject *encoded = PyUnicode_Check(path) ? PyUnicode_EncodeFSDefault(path) : path;
+  if (encoded == path) Py_INCREF(encoded);
+  Py_DECREF(path);
+  if (!encoded) return false;
+  out->assign(PyBytes_AS_STRING(encoded), static_cast<size_t>(PyBytes_GET_SIZE(encoded)));
+  Py_DECREF(encoded);
+  return true;
+}
+
+/* Token ids: any sequence of int, each a 32-bit id (the library checks the vocabulary). */
+static bool photon_python_token_ids(PyObject *object, const char *name, photon::TokenIds *out) {
+  if (PyUnicode_Check(object) || PyBytes_Check(object) || !PySequence_Check(object)) {
+    PyErr_Format(PyExc_TypeError, "photon: %s must be a sequence of int token ids, not %.100s",
+                 name, Py_TYPE(object)->tp_name);
+    return false;
+  }
+  PyObject *sequence = PySequence_Fast(object, "photon: token ids must be a sequence");
+  if (!sequence) return false;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(sequence);
+  out->reserve(static_cast<size_t>(n));
+  bool ok = true;
+  for (Py_ssize_t i = 0; ok && i < n; ++i) {
+    const std::string item = std::string(name) + "[" + std::to_string(i) + "]";
+    int id = 0;
+    ok = photon_python_int(PySequence_Fast_GET_ITEM(sequence, i), item.c_str(), &id);
+    out->push_back(id);
+  }
+  Py_DECREF(sequence);
+  return ok;
+}
 %}
 
 %init %{
@@ -69,6 +172,28 @@ static PyObject *photon_python_enum(const char *name, int value) {
   }
 }
 
+/* The interpreter lock is released while the library works (callbacks take it back), so that other
+ * Python threads run meanwhile: loading, tokenizing, scoring, prefill, generation, save and
+ * restore. Every other call is quick and keeps it. */
+%feature("nothreadallow");
+%define PHOTON_PYTHON_RELEASES_LOCK(FUNCTION)
+%feature("nothreadallow", "0") FUNCTION;
+%enddef
+PHOTON_PYTHON_RELEASES_LOCK(photon::Model::Model)
+PHOTON_PYTHON_RELEASES_LOCK(photon::Model::tokenize)
+PHOTON_PYTHON_RELEASES_LOCK(photon::Model::detokenize)
+PHOTON_PYTHON_RELEASES_LOCK(photon::Model::score)
+PHOTON_PYTHON_RELEASES_LOCK(photon::Session::restore)
+PHOTON_PYTHON_RELEASES_LOCK(photon::Session::restore_file)
+PHOTON_PYTHON_RELEASES_LOCK(photon::Session::close)
+PHOTON_PYTHON_RELEASES_LOCK(photon::Session::history)
+PHOTON_PYTHON_RELEASES_LOCK(photon::Session::prefill)
+PHOTON_PYTHON_RELEASES_LOCK(photon::Session::generate)
+PHOTON_PYTHON_RELEASES_LOCK(photon::Session::generate_batch)
+PHOTON_PYTHON_RELEASES_LOCK(photon::Session::next_token)
+PHOTON_PYTHON_RELEASES_LOCK(photon::Session::save)
+PHOTON_PYTHON_RELEASES_LOCK(photon::Session::save_file)
+
 /* Python keeps photon's snake_case names. */
 %define PHOTON_FUNCTION_NAMES
 %enddef
@@ -82,20 +207,62 @@ static PyObject *photon_python_enum(const char *name, int value) {
 %}
 %enddef
 
+/* Numbers, text and paths (see the converters above). */
+%typemap(in) int %{
+  if (!photon_python_int($input, "$1_name", &$1)) SWIG_fail;
+%}
+%typemap(typecheck, precedence=SWIG_TYPECHECK_INTEGER) int %{ $1 = PyIndex_Check($input); %}
+%typemap(in) std::uint64_t %{
+  {
+    unsigned long long value = 0;
+    if (!photon_python_integer($input, "$1_name", 0, UINT64_MAX, &value)) SWIG_fail;
+    $1 = static_cast<std::uint64_t>(value);
+  }
+%}
+%typemap(in) float %{
+  {
+    const double value = PyFloat_AsDouble($input);
+    if (value == -1.0 && PyErr_Occurred()) {
+      PyErr_Format(PyExc_TypeError, "photon: $1_name must be a number, not %.100s",
+                   Py_TYPE($input)->tp_name);
+      SWIG_fail;
+    }
+    $1 = static_cast<float>(value);
+  }
+%}
+%typemap(in) bool %{
+  {
+    const int value = PyObject_IsTrue($input);
+    if (value < 0) SWIG_fail;
+    $1 = value != 0;
+  }
+%}
+%typemap(in) const std::string & (std::string text) %{
+  if (!photon_python_text($input, "$1_name", &text)) SWIG_fail;
+  $1 = &text;
+%}
+%typemap(in) const std::string &path (std::string path) %{
+  if (!photon_python_path($input, &path)) SWIG_fail;
+  $1 = &path;
+%}
+%typemap(freearg) const std::string & ""
+
 /* photon::Bytes <-> bytes (any bytes-like object in), photon::TokenIds <-> list of int (any
- * sequence of int in). */
+ * sequence of int in), photon::Logprobs -> list of float. */
 %typemap(in) const photon::Bytes & (photon::Bytes bytes) %{
   {
     Py_buffer view;
-    if (PyObject_GetBuffer($input, &view, PyBUF_SIMPLE) < 0) SWIG_fail;
+    if (PyObject_GetBuffer($input, &view, PyBUF_SIMPLE) < 0) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_TypeError, "photon: $1_name must be bytes-like, not %.100s",
+                   Py_TYPE($input)->tp_name);
+      SWIG_fail;
+    }
     const auto *data = static_cast<const std::uint8_t *>(view.buf);
     bytes.assign(data, data + view.len);
     PyBuffer_Release(&view);
     $1 = &bytes;
   }
-%}
-%typemap(typecheck, precedence=SWIG_TYPECHECK_STRING) const photon::Bytes & %{
-  $1 = PyObject_CheckBuffer($input) ? 1 : 0;
 %}
 %typemap(out) photon::Bytes %{
   $result = PyBytes_FromStringAndSize(reinterpret_cast<const char *>($1.data()),
@@ -103,28 +270,19 @@ static PyObject *photon_python_enum(const char *name, int value) {
 %}
 
 %typemap(in) const photon::TokenIds & (photon::TokenIds ids) %{
-  {
-    PyObject *sequence = PySequence_Fast($input, "photon: token ids must be a sequence of int");
-    if (!sequence) SWIG_fail;
-    const Py_ssize_t n = PySequence_Fast_GET_SIZE(sequence);
-    ids.reserve(static_cast<size_t>(n));
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      const long id = PyLong_AsLong(PySequence_Fast_GET_ITEM(sequence, i));
-      if (id == -1 && PyErr_Occurred()) break;
-      ids.push_back(static_cast<std::int32_t>(id));
-    }
-    Py_DECREF(sequence);
-    if (PyErr_Occurred()) SWIG_fail;
-    $1 = &ids;
-  }
-%}
-%typemap(typecheck, precedence=SWIG_TYPECHECK_INT32_ARRAY) const photon::TokenIds & %{
-  $1 = PySequence_Check($input) && !PyUnicode_Check($input) && !PyBytes_Check($input) ? 1 : 0;
+  if (!photon_python_token_ids($input, "$1_name", &ids)) SWIG_fail;
+  $1 = &ids;
 %}
 %typemap(out) photon::TokenIds %{
   $result = PyList_New(static_cast<Py_ssize_t>($1.size()));
   for (size_t i = 0; $result && i < $1.size(); ++i) {
     PyList_SET_ITEM($result, static_cast<Py_ssize_t>(i), PyLong_FromLong($1.data()[i]));
+  }
+%}
+%typemap(out) photon::Logprobs %{
+  $result = PyList_New(static_cast<Py_ssize_t>($1.size()));
+  for (size_t i = 0; $result && i < $1.size(); ++i) {
+    PyList_SET_ITEM($result, static_cast<Py_ssize_t>(i), PyFloat_FromDouble($1.data()[i]));
   }
 %}
 
@@ -149,138 +307,20 @@ PHOTON_PYTHON_CHAIN(set_repetition_penalty)
 PHOTON_PYTHON_CHAIN(set_ignore_eos)
 PHOTON_PYTHON_CHAIN(add_stop_string)
 
-/* The callback, the pull primitives and the getters are reached through the Pythonic API
- * below: generate(max_tokens, on_token), tokens(max_tokens), properties. */
-%rename(_TokenListener) photon::TokenListener;
-%rename(_BatchListener) photon::BatchListener;
-%rename(_SessionVector) std::vector<photon::Session *>;
-%rename(_generate) photon::Session::generate;
-%rename(_generate_batch) photon::Session::generate_batch;
-%rename(_next_token) photon::Session::next_token;
-%rename(_last_piece) photon::Session::last_piece;
-%rename(_last_logprob) photon::Session::last_logprob;
-%define PHOTON_PYTHON_GETTER(CLASS, GETTER)
-%rename(_ ## GETTER) CLASS::GETTER;
-%enddef
-PHOTON_PYTHON_GETTER(photon::Model, arch)
-PHOTON_PYTHON_GETTER(photon::Model, levels)
-PHOTON_PYTHON_GETTER(photon::Model, parameter_count)
-PHOTON_PYTHON_GETTER(photon::Model, vocab_size)
-PHOTON_PYTHON_GETTER(photon::Model, context_length)
-PHOTON_PYTHON_GETTER(photon::Model, bos)
-PHOTON_PYTHON_GETTER(photon::Model, eos)
-PHOTON_PYTHON_GETTER(photon::Model, config_json)
-PHOTON_PYTHON_GETTER(photon::Model, is_closed)
-PHOTON_PYTHON_GETTER(photon::Session, mode)
-PHOTON_PYTHON_GETTER(photon::Session, stop_reason)
-PHOTON_PYTHON_GETTER(photon::Session, position)
-PHOTON_PYTHON_GETTER(photon::Session, is_closed)
+/* No overloads reach Python (a failed overload match gives SWIG's raw "Wrong number or type of
+ * arguments"): tokenize's default argument stays one function, the rest is dispatched by the
+ * Pythonic API below (photon_python_api.i). */
+%feature("compactdefaultargs") photon::Model::tokenize;
+%ignore photon::Session::Session(const Model &);
+%rename(_prefill_tokens) photon::Session::prefill(const TokenIds &);
+%rename(_prefill_text) photon::Session::prefill(const std::string &);
+%rename(_generate_quietly) photon::Session::generate(int);
+%rename(_generate_with) photon::Session::generate(int, TokenListener &);
+%rename(_generate_batch_quietly) photon::Session::generate_batch(const std::vector<Session *> &, int);
+%rename(_generate_batch_with)
+    photon::Session::generate_batch(const std::vector<Session *> &, int, BatchListener &);
 
-%pythoncode %{
-import enum as _enum
-import json as _json
-from typing import NamedTuple as _NamedTuple
-
-PhotonError = _native.PhotonError
-
-
-class Mode(_enum.IntEnum):
-    """How a session decodes (photon_mode)."""
-    AUTO = 0
-    HIERGEN = 1
-    RECGEN = 2
-
-
-class StopReason(_enum.IntEnum):
-    """Why the last generation stopped (photon_stop_reason)."""
-    NONE = 0
-    LENGTH = 1
-    EOS = 2
-    STOP_STRING = 3
-    CALLBACK = 4
-    CANCELLED = 5
-    CONTEXT_FULL = 6
-
-
-class Token(_NamedTuple):
-    """A generated token: id, UTF-8-complete text piece (may be empty while a character is split
-    across tokens) and log p(token) under the model's unmodified distribution."""
-    id: int
-    piece: str
-    logprob: float
-
-
-class _ClosingMixin:
-    """with-statement support: leaving the block closes the object."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
-%}
-
-%extend photon::Model {
-%pythoncode %{
-    __enter__ = _ClosingMixin.__enter__
-    __exit__ = _ClosingMixin.__exit__
-    closed = property(_is_closed, doc="True once close() has released the model.")
-    arch = property(_arch, doc='"photon" or "vanilla".')
-    levels = property(_levels, doc="Number of PHOTON levels (0 for vanilla).")
-    parameter_count = property(_parameter_count)
-    vocab_size = property(_vocab_size)
-    context_length = property(_context_length)
-    bos = property(_bos, doc="Id of the BOS token, -1 if none.")
-    eos = property(_eos, doc="Id of the EOS token, -1 if none.")
-    config_json = property(_config_json, doc="The configuration as JSON text.")
-
-    @property
-    def config(self):
-        """The configuration as a dict."""
-        return _json.loads(self._config_json())
-%}
-}
-
-%extend photon::Session {
-%pythoncode %{
-    __enter__ = _ClosingMixin.__enter__
-    __exit__ = _ClosingMixin.__exit__
-    closed = property(_is_closed, doc="True once close() has released the session.")
-    mode = property(_mode, doc="The Mode the session runs in (AUTO resolved).")
-    stop_reason = property(_stop_reason, doc="Why the last generation stopped.")
-    position = property(_position, doc="Number of tokens the session holds.")
-
-    def generate(self, max_tokens, on_token=None):
-        """Generates up to max_tokens tokens; returns how many were delivered.
-
-        on_token(token) receives each Token; returning False stops generation (any other value
-        goes on). An exception it raises stops generation and propagates from here."""
-        if on_token is None:
-            return self._generate(max_tokens)
-        return self._generate(max_tokens, _CallbackListener(on_token))
-
-    @staticmethod
-    def generate_batch(sessions, max_tokens, on_token=None):
-        """Advances sessions of one model together, each by up to max_tokens tokens, with their
-        matrix products batched; each produces exactly the tokens generate() would have. Returns
-        the list of how many tokens each session delivered.
-
-        on_token(index, token) receives each Token with its session's index in sessions;
-        returning False stops that session. An exception it raises stops them all and
-        propagates from here."""
-        if on_token is None:
-            return Session._generate_batch(sessions, max_tokens)
-        return Session._generate_batch(sessions, max_tokens, _BatchCallbackListener(on_token))
-
-    def tokens(self, max_tokens):
-        """Yields the next tokens (at most max_tokens), each generated when it is asked for."""
-        for _ in range(max_tokens):
-            token_id = self._next_token()
-            if token_id < 0:
-                return
-            yield Token(token_id, self._last_piece(), self._last_logprob())
-%}
-}
+%include "photon_python_api.i"
 
 %include "../photon.i"
 

@@ -3,14 +3,14 @@
 //
 //   mono build/bindings/csharp/Stream.exe [MODEL] [PROMPT] [N]
 //
-// MODEL defaults to the Quick start's build/models/photon-small.photon, PROMPT to
+// MODEL defaults to the shipped models/photon-kjv.photon, PROMPT to
 // "In the beginning", N (tokens per step) to 16.
 using System;
 using Photon;
 
 static class Stream {
   static int Main(string[] args) {
-    string path = args.Length > 0 ? args[0] : "build/models/photon-small.photon";
+    string path = args.Length > 0 ? args[0] : "models/photon-kjv.photon";
     string prompt = args.Length > 1 ? args[1] : "In the beginning";
     int n = args.Length > 2 ? int.Parse(args[2]) : 16;
 

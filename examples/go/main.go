@@ -1,9 +1,11 @@
 // Command stream loads a PHOTON model, streams a completion through a callback and through an
 // iterator, saves the session, restores it and continues.
 //
-//	cd examples/go && go run . [MODEL] [PROMPT] [N]
+//	PKG_CONFIG_PATH=P/lib/pkgconfig CGO_LDFLAGS=-Wl,-rpath,P/lib go build -o stream .
+//	./stream [MODEL] [PROMPT] [N]
 //
-// MODEL defaults to the Quick start's build/models/photon-small.photon, PROMPT to
+// where P is where the SDK is installed (README.md: Installing); the build makes this program as
+// build/bindings/go/stream. MODEL defaults to the shipped models/photon-kjv.photon, PROMPT to
 // "In the beginning", N (tokens per step) to 16.
 package main
 
@@ -12,11 +14,11 @@ import (
 	"os"
 	"strconv"
 
-	"photon"
+	"photon.sdk/photon"
 )
 
 func main() {
-	path, prompt, n := "../../build/models/photon-small.photon", "In the beginning", 16
+	path, prompt, n := "models/photon-kjv.photon", "In the beginning", 16
 	if len(os.Args) > 1 {
 		path = os.Args[1]
 	}

@@ -3,7 +3,7 @@
 //
 //   java -cp build/bindings/java/photon.jar examples/java/Stream.java [MODEL] [PROMPT] [N]
 //
-// MODEL defaults to the Quick start's build/models/photon-small.photon, PROMPT to
+// MODEL defaults to the shipped models/photon-kjv.photon, PROMPT to
 // "In the beginning", N (tokens per step) to 16.
 import com.photon.Model;
 import com.photon.PhotonException;
@@ -13,7 +13,7 @@ import com.photon.Token;
 
 public class Stream {
   public static void main(String[] args) {
-    String path = args.length > 0 ? args[0] : "build/models/photon-small.photon";
+    String path = args.length > 0 ? args[0] : "models/photon-kjv.photon";
     String prompt = args.length > 1 ? args[1] : "In the beginning";
     int n = args.length > 2 ? Integer.parseInt(args[2]) : 16;
 

@@ -4,7 +4,7 @@ iterator, save the session, restore it and continue.
 
     PYTHONPATH=build/bindings/python python3 examples/python/stream.py [MODEL] [PROMPT] [N]
 
-MODEL defaults to the Quick start's build/models/photon-small.photon, PROMPT to
+MODEL defaults to the shipped models/photon-kjv.photon, PROMPT to
 "In the beginning", N (tokens per step) to 16.
 """
 import sys
@@ -17,7 +17,7 @@ def show(token):
 
 
 def main(argv):
-    path = argv[1] if len(argv) > 1 else "build/models/photon-small.photon"
+    path = argv[1] if len(argv) > 1 else "models/photon-kjv.photon"
     prompt = argv[2] if len(argv) > 2 else "In the beginning"
     n = int(argv[3]) if len(argv) > 3 else 16
 

@@ -37,13 +37,15 @@ def random_weights(config_json, seed, logit_scale=6.0):
     return weights
 
 
-def write_random_model(directory, config_json, seed, logit_scale=6.0):
-    """Writes directory/config.json and directory/weights.npz; returns their paths."""
+def write_random_model(directory, config_json, seed, logit_scale=6.0, dtype=np.float32):
+    """Writes directory/config.json and directory/weights.npz (arrays of `dtype`: float32, or
+    float16 for small committed files); returns their paths."""
     os.makedirs(directory, exist_ok=True)
     config_path = os.path.join(directory, "config.json")
     weights_path = os.path.join(directory, "weights.npz")
     with open(config_path, "w") as f:
         json.dump(config_json, f, indent=1)
         f.write("\n")
-    np.savez(weights_path, **random_weights(config_json, seed, logit_scale))
+    weights = random_weights(config_json, seed, logit_scale)
+    np.savez(weights_path, **{name: w.astype(dtype) for name, w in weights.items()})
     return config_path, weights_path

@@ -32,6 +32,11 @@ struct photon_session_options {
   photon::SamplerConfig sampler;
 };
 
+struct photon_score_options {
+  photon_mode mode = PHOTON_MODE_AUTO;
+  size_t prompt_tokens = 1;
+};
+
 struct photon_session {
   const photon_model* owner = nullptr;
   std::unique_ptr<photon::Session> session;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "api/api_internal.h"
+#include "engine/recgen.h"
 #include "engine/score.h"
 
 using photon::api::copy_out;
@@ -169,18 +170,62 @@ photon_status photon_model_detokenize(const photon_model* model, const int32_t* 
 
 photon_status photon_model_score(const photon_model* model, const int32_t* tokens, size_t n_tokens,
                                  float* logprobs) {
+  return photon_model_score_with(model, tokens, n_tokens, nullptr, logprobs);
+}
+
+photon_status photon_score_options_create(photon_score_options** out) {
   return guard([&] {
-    require(model, "photon_model_score", "model is NULL");
-    require(tokens, "photon_model_score", "tokens is NULL");
-    require(logprobs, "photon_model_score", "logprobs is NULL");
-    require(n_tokens > 0, "photon_model_score", "n_tokens is 0");
+    require(out, "photon_score_options_create", "out is NULL");
+    *out = new photon_score_options();
+  });
+}
+
+void photon_score_options_free(photon_score_options* options) {
+  delete options;
+}
+
+photon_status photon_score_options_set_mode(photon_score_options* options, photon_mode mode) {
+  return guard([&] {
+    require(options, "photon_score_options_set_mode", "options is NULL");
+    const int value = photon::api::enum_value(mode);
+    if (value != PHOTON_MODE_AUTO && value != PHOTON_MODE_HIERGEN && value != PHOTON_MODE_RECGEN)
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
+                   "photon_score_options_set_mode: unknown mode " + std::to_string(value));
+    options->mode = mode;
+  });
+}
+
+photon_status photon_score_options_set_prompt_tokens(photon_score_options* options, size_t n) {
+  return guard([&] {
+    require(options, "photon_score_options_set_prompt_tokens", "options is NULL");
+    require(n >= 1, "photon_score_options_set_prompt_tokens",
+            "the prompt holds at least one token (BOS)");
+    options->prompt_tokens = n;
+  });
+}
+
+photon_status photon_model_score_with(const photon_model* model, const int32_t* tokens,
+                                      size_t n_tokens, const photon_score_options* options,
+                                      float* logprobs) {
+  // photon_model_score's checks name it: it is this call with the defaults.
+  const char* function = options ? "photon_model_score_with" : "photon_model_score";
+  return guard([&] {
+    require(model, function, "model is NULL");
+    require(tokens, function, "tokens is NULL");
+    require(logprobs, function, "logprobs is NULL");
+    require(n_tokens > 0, function, "n_tokens is 0");
     const photon::Model& m = *model->model;
     if (n_tokens > static_cast<size_t>(m.config().max_seq_len))
-      photon::fail(PHOTON_ERR_CONTEXT_FULL, "photon_model_score: " + std::to_string(n_tokens) +
+      photon::fail(PHOTON_ERR_CONTEXT_FULL, std::string(function) + ": " +
+                                                std::to_string(n_tokens) +
                                                 " tokens exceed the model's context of " +
                                                 std::to_string(m.config().max_seq_len));
-    check_tokens(m, tokens, n_tokens, "photon_model_score");
-    photon::score_tokens(m, std::span<const int32_t>(tokens, n_tokens), logprobs);
+    check_tokens(m, tokens, n_tokens, function);
+    const std::span<const int32_t> sequence(tokens, n_tokens);
+    if (options && options->mode == PHOTON_MODE_RECGEN)
+      photon::score_recgen(m, sequence, options->prompt_tokens, logprobs);
+    else
+      photon::score_tokens(m, sequence, logprobs);
   });
 }
 

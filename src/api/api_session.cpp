@@ -152,11 +152,11 @@ photon_status photon_session_create(const photon_model* model,
       photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
                    "photon_session_create: context_length " + std::to_string(context) +
                        " exceeds the model's " + std::to_string(c.max_seq_len));
-    photon::Mode mode = photon::Mode::HierGen;
-    if (c.arch == photon::Arch::Vanilla)
-      mode = o.mode == PHOTON_MODE_RECGEN ? photon::Mode::RecGen : photon::Mode::Vanilla;
-    else if (o.mode == PHOTON_MODE_RECGEN || (o.mode == PHOTON_MODE_AUTO && c.num_levels() >= 2))
+    photon::Mode mode = photon::default_mode(*model->model);
+    if (o.mode == PHOTON_MODE_RECGEN)
       mode = photon::Mode::RecGen;
+    else if (o.mode == PHOTON_MODE_HIERGEN && c.arch == photon::Arch::Photon)
+      mode = photon::Mode::HierGen;
     auto handle = std::make_unique<photon_session>();
     handle->owner = model;
     handle->session = photon::Session::create(*model->model, mode, context, o.sampler);
@@ -184,6 +184,17 @@ photon_status photon_session_prefill(photon_session* session, const int32_t* tok
     require(session, "photon_session_prefill", "session is NULL");
     require(tokens || n_tokens == 0, "photon_session_prefill", "tokens is NULL");
     session->session->prefill({tokens, n_tokens}, "photon_session_prefill");
+  });
+}
+
+photon_status photon_session_prefill_logprobs(photon_session* session, const int32_t* tokens,
+                                              size_t n_tokens, float* logprobs) {
+  return guard([&] {
+    const char* function = "photon_session_prefill_logprobs";
+    require(session, function, "session is NULL");
+    require(tokens || n_tokens == 0, function, "tokens is NULL");
+    require(logprobs || n_tokens == 0, function, "logprobs is NULL");
+    session->session->prefill({tokens, n_tokens}, function, logprobs);
   });
 }
 

@@ -127,6 +127,12 @@ int32_t parse_int32(const std::string& text, const std::string& what) {
   return parse_integer<int32_t>(text, what, "an integer");
 }
 
+int32_t parse_positive(const std::string& text, const std::string& what) {
+  const int32_t value = parse_int32(text, what);
+  if (value < 1) throw UsageError(what + ": '" + text + "' must be at least 1");
+  return value;
+}
+
 uint64_t parse_uint64(const std::string& text, const std::string& what) {
   return parse_integer<uint64_t>(text, what, "a non-negative integer");
 }

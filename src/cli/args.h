@@ -60,6 +60,8 @@ std::string option_label(const std::string& name);
 // Strict number parsing: the whole text must be a number in range. `what` names the value in the
 // UsageError message (e.g. "--top-k").
 int32_t parse_int32(const std::string& text, const std::string& what);
+// An int32 of at least 1.
+int32_t parse_positive(const std::string& text, const std::string& what);
 uint64_t parse_uint64(const std::string& text, const std::string& what);
 float parse_float(const std::string& text, const std::string& what);  // finite values only
 

@@ -57,18 +57,12 @@ Regime parse_regime(const std::string& text) {
   return regime;
 }
 
-int32_t positive(const std::string& text, const std::string& option) {
-  const int32_t value = parse_int32(text, option);
-  if (value < 1) throw UsageError(option + ": '" + text + "' must be at least 1");
-  return value;
-}
-
 std::vector<int32_t> parse_contexts(const std::string& text) {
   std::vector<int32_t> contexts;
   size_t start = 0;
   while (start <= text.size()) {
     const size_t comma = std::min(text.find(',', start), text.size());
-    contexts.push_back(positive(text.substr(start, comma - start), "--contexts"));
+    contexts.push_back(parse_positive(text.substr(start, comma - start), "--contexts"));
     start = comma + 1;
   }
   std::sort(contexts.begin(), contexts.end());
@@ -468,7 +462,7 @@ Plan make_plan(const Args& args) {
     throw UsageError("give at most one of --batch and --memory-budget");
   }
   if (std::optional<std::string> batch = args.value("batch"))
-    plan.batch = positive(*batch, "--batch");
+    plan.batch = parse_positive(*batch, "--batch");
   if (std::optional<std::string> budget = args.value("memory-budget")) {
     // Checked as a float, converted as a double: 0.05 GiB is 53687091 bytes, not float's 92.
     parse_float(*budget, "--memory-budget");
@@ -477,14 +471,14 @@ Plan make_plan(const Args& args) {
     plan.memory_budget = static_cast<uint64_t>(gib * 1024 * 1024 * 1024);
   }
   if (std::optional<std::string> most = args.value("max-batch")) {
-    plan.max_batch = positive(*most, "--max-batch");
+    plan.max_batch = parse_positive(*most, "--max-batch");
   }
   plan.contexts =
       parse_contexts(args.value("contexts").value_or("256,512,1024,2048,4096,8192,16384"));
-  plan.decode_tokens = positive(
+  plan.decode_tokens = parse_positive(
       args.value("decode-tokens").value_or(plan.study == "kv" ? "4" : "32"), "--decode-tokens");
   if (std::optional<std::string> context = args.value("context")) {
-    plan.kv_context = positive(*context, "--context");
+    plan.kv_context = parse_positive(*context, "--context");
   }
   return plan;
 }

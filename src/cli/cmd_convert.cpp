@@ -10,7 +10,7 @@ namespace photon::cli {
 namespace {
 
 int run_convert(const std::vector<std::string>& argv) {
-  Args args({{"config"}, {"weights"}, {"tokenizer"}, {"output", 'o'}, {"dtype"}}, 0);
+  Args args({{"config"}, {"weights"}, {"tokenizer"}, {"output", 'o'}, {"dtype"}, {"meta"}}, 0);
   args.parse(argv);
   const std::string config = args.required("config");
   const std::string weights = args.required("weights");
@@ -18,6 +18,14 @@ int run_convert(const std::vector<std::string>& argv) {
 
   ProgressBar bar("converting");
   WriteOptionsPtr options = make_write_options(args, &bar);
+  for (const std::string& entry : args.values("meta")) {
+    const size_t equals = entry.find('=');
+    if (equals == std::string::npos || equals == 0)
+      throw UsageError("--meta: expected KEY=VALUE, got '" + entry + "'");
+    const std::string key = entry.substr(0, equals), value = entry.substr(equals + 1);
+    check_setting(photon_write_options_set_metadata(options.get(), key.c_str(), value.c_str()),
+                  "--meta");
+  }
   check(photon_model_convert(config.c_str(), weights.c_str(), output.c_str(), options.get()),
         "conversion failed");
 
@@ -34,7 +42,7 @@ int run_convert(const std::vector<std::string>& argv) {
 const Command kConvertCommand = {
     "convert", "build a .photon model from config.json + weights.npz",
     "usage: photon convert --config C.json --weights W.npz [--tokenizer T.model] -o M.photon\n"
-    "                      [--dtype f32|f16|bf16]\n"
+    "                      [--dtype f32|f16|bf16] [--meta KEY=VALUE ...]\n"
     "\n"
     "Builds a model file from the interchange format: a configuration (spec section 8) and an\n"
     "npz archive of float32/float16 arrays named as in spec section 6 (every tensor the\n"
@@ -45,7 +53,9 @@ const Command kConvertCommand = {
     "  --weights W.npz      weights (required)\n"
     "  --tokenizer T.model  sentencepiece model to embed (default: the SDK's built-in one)\n"
     "  -o, --output M.photon  file to write (required; written atomically)\n"
-    "  --dtype f32|f16|bf16 storage type of the weights (default f32)\n",
+    "  --dtype f32|f16|bf16 storage type of the weights (default f32)\n"
+    "  --meta KEY=VALUE     a metadata entry for the file's header (repeatable; `photon inspect`\n"
+    "                       lists them), e.g. what the trainer measured\n",
     run_convert};
 
 }  // namespace photon::cli

@@ -49,22 +49,6 @@ class InterruptGuard {
   struct sigaction previous_ = {};
 };
 
-photon_mode parse_mode(const std::string& text) {
-  if (text == "auto") return PHOTON_MODE_AUTO;
-  if (text == "hiergen") return PHOTON_MODE_HIERGEN;
-  if (text == "recgen") return PHOTON_MODE_RECGEN;
-  throw UsageError("--mode: '" + text + "' is not one of auto, hiergen, recgen");
-}
-
-const char* mode_name(photon_mode mode) {
-  switch (mode) {
-    case PHOTON_MODE_AUTO: return "auto";
-    case PHOTON_MODE_HIERGEN: return "hiergen";
-    case PHOTON_MODE_RECGEN: return "recgen";
-  }
-  return "unknown";
-}
-
 const char* stop_reason_name(photon_stop_reason reason) {
   switch (reason) {
     case PHOTON_STOP_NONE: return "none";
@@ -152,14 +136,16 @@ int on_token(void* user_data, int32_t token, const char* piece, size_t piece_len
   return 0;
 }
 
-void print_summary(const photon_session* session, photon_stop_reason reason, const Stream& stream,
-                   size_t prompt_tokens, double prefill_seconds, double generate_seconds) {
+// `chosen`: how the mode was chosen, when the user did not name it.
+void print_summary(const photon_session* session, const char* chosen, photon_stop_reason reason,
+                   const Stream& stream, size_t prompt_tokens, double prefill_seconds,
+                   double generate_seconds) {
   const double rate =
       generate_seconds > 0 ? static_cast<double>(stream.tokens.size()) / generate_seconds : 0.0;
   std::fprintf(stderr,
-               "photon generate: %s, prompt %zu tokens in %.3f s, generated %zu tokens in %.3f s "
+               "photon generate: %s%s, prompt %zu tokens in %.3f s, generated %zu tokens in %.3f s "
                "(%.1f tok/s), stop: %s\n",
-               mode_name(photon_session_mode(session)), prompt_tokens, prefill_seconds,
+               mode_name(photon_session_mode(session)), chosen, prompt_tokens, prefill_seconds,
                stream.tokens.size(), generate_seconds, rate, stop_reason_name(reason));
 }
 
@@ -289,7 +275,10 @@ int run_generate(const std::vector<std::string>& argv) {
   } else {
     const std::chrono::duration<double> prefill_time = prefilled - start;
     const std::chrono::duration<double> generate_time = done - prefilled;
-    print_summary(session.get(), reason, stream, prompt.size(), prefill_time.count(),
+    const char* chosen = resume             ? " (the saved session's mode)"
+                         : args.has("mode") ? ""
+                                            : " (the model's default)";
+    print_summary(session.get(), chosen, reason, stream, prompt.size(), prefill_time.count(),
                   generate_time.count());
   }
   std::fflush(stdout);
@@ -310,7 +299,8 @@ const Command kGenerateCommand = {
     "  -m, --model M.photon the model (default: $PHOTON_MODEL)\n"
     "  -p, --prompt TEXT    prompt text, tokenized with BOS first\n"
     "  --tokens IDS         comma-separated prompt token ids, used exactly as given\n"
-    "  --mode MODE          auto (default: RecGen for PHOTON with >= 2 levels), hiergen, recgen\n"
+    "  --mode MODE          auto (default: the mode the model file recommends, else RecGen for\n"
+    "                       PHOTON with >= 2 levels), hiergen, recgen\n"
     "  -n, --n-predict N    generate at most N tokens (default 64)\n"
     "  --temperature T      softmax temperature; 0 (default) is greedy\n"
     "  --top-k K            keep the K most likely tokens (0, the default, keeps all)\n"

@@ -1,4 +1,5 @@
-// photon score: teacher-forced log-probabilities of a token sequence, its NLL and perplexity.
+// photon score: log-probabilities of a token sequence (teacher-forced, or as a RecGen session
+// conditions them), its NLL and perplexity.
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -17,11 +18,23 @@ std::string piece_label(const photon_model* model, int32_t token) {
 }
 
 int run_score(const std::vector<std::string>& argv) {
-  Args args({{"model", 'm'}, {"tokens"}, {"file", 'f'}, {"threads"}, {"json", 0, false}}, 0);
+  Args args({{"model", 'm'},
+             {"tokens"},
+             {"file", 'f'},
+             {"mode"},
+             {"prompt-tokens"},
+             {"threads"},
+             {"json", 0, false}},
+            0);
   args.parse(argv);
   if (args.has("tokens") == args.has("file")) {
     throw UsageError("give exactly one of --tokens IDS and -f FILE");
   }
+  // Checked before the model is loaded so that mistakes fail fast.
+  const photon_mode mode = parse_mode(args.value("mode").value_or("auto"));
+  const int64_t prompt_tokens =
+      args.has("prompt-tokens") ? parse_positive(*args.value("prompt-tokens"), "--prompt-tokens")
+                                : 1;
   std::vector<int32_t> tokens;
   if (args.has("tokens")) tokens = parse_token_list(*args.value("tokens"), "--tokens");
   const std::string path = model_path(args);
@@ -38,7 +51,16 @@ int run_score(const std::vector<std::string>& argv) {
                          " tokens but the model's context holds " + std::to_string(context));
   }
   std::vector<float> logprobs(tokens.size());
-  check(photon_model_score(model.get(), tokens.data(), tokens.size(), logprobs.data()),
+  photon_score_options* raw = nullptr;
+  check(photon_score_options_create(&raw), "cannot score");
+  const std::unique_ptr<photon_score_options, decltype(&photon_score_options_free)> options(
+      raw, photon_score_options_free);
+  check_setting(photon_score_options_set_mode(options.get(), mode), "--mode");
+  check_setting(
+      photon_score_options_set_prompt_tokens(options.get(), static_cast<size_t>(prompt_tokens)),
+      "--prompt-tokens");
+  check(photon_model_score_with(model.get(), tokens.data(), tokens.size(), options.get(),
+                                logprobs.data()),
         "cannot score");
 
   double nll = 0.0;
@@ -83,16 +105,22 @@ int run_score(const std::vector<std::string>& argv) {
 
 const Command kScoreCommand = {
     "score", "log-probabilities, NLL and perplexity of a text or token ids",
-    "usage: photon score -m M.photon (--tokens 1,2,3 | -f text.txt) [--json]\n"
+    "usage: photon score -m M.photon (--tokens 1,2,3 | -f text.txt) [--mode MODE]\n"
+    "                    [--prompt-tokens K] [--json]\n"
     "\n"
-    "Scores a sequence teacher-forced: the log-probability of every token given the ones before\n"
-    "it (the first token is not predicted). NLL = -sum of the logprobs; perplexity =\n"
-    "exp(NLL / (T - 1)) over T tokens.\n"
+    "Scores a sequence: the log-probability of every token given the ones before it (the first\n"
+    "token is not predicted). NLL = -sum of the logprobs; perplexity = exp(NLL / (T - 1)) over T\n"
+    "tokens.\n"
     "\n"
     "options:\n"
     "  -m, --model M.photon the model (default: $PHOTON_MODEL)\n"
     "  --tokens IDS         comma-separated token ids, used exactly as given\n"
     "  -f, --file FILE      UTF-8 text ('-' for stdin), tokenized with BOS first\n"
+    "  --mode MODE          hiergen or auto (default): teacher-forced; recgen: as a RecGen\n"
+    "                       session that took the first K tokens as its prompt and then every\n"
+    "                       later token as one it sampled (PHOTON with L >= 2)\n"
+    "  --prompt-tokens K    the prompt's length for --mode recgen (default 1); the logprobs of\n"
+    "                       tokens 2..K+1 are teacher forcing's in every mode\n"
     "  --threads N          compute with at most N threads (default: every core)\n"
     "  --json               one JSON object: tokens, logprobs (null first), nll, perplexity\n",
     run_score};

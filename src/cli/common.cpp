@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -62,6 +63,10 @@ std::string read_file(const std::string& path, const std::string& what) {
   if (path == "-") {
     return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
+  // A directory opens as a stream that reads nothing: it would pass for an empty file.
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error))
+    throw RuntimeFailure("cannot read " + what + " '" + path + "': it is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw RuntimeFailure("cannot read " + what + " '" + path + "': " + std::strerror(errno));
   std::ostringstream content;
@@ -100,6 +105,22 @@ std::string detokenize(const photon_model* model, const std::vector<int32_t>& to
         "cannot detokenize");
   text.resize(length);
   return text;
+}
+
+photon_mode parse_mode(const std::string& text) {
+  if (text == "auto") return PHOTON_MODE_AUTO;
+  if (text == "hiergen") return PHOTON_MODE_HIERGEN;
+  if (text == "recgen") return PHOTON_MODE_RECGEN;
+  throw UsageError("--mode: '" + text + "' is not one of auto, hiergen, recgen");
+}
+
+const char* mode_name(photon_mode mode) {
+  switch (mode) {
+    case PHOTON_MODE_AUTO: return "auto";
+    case PHOTON_MODE_HIERGEN: return "hiergen";
+    case PHOTON_MODE_RECGEN: return "recgen";
+  }
+  return "unknown";
 }
 
 photon_dtype parse_dtype(const std::string& text) {

@@ -53,6 +53,9 @@ std::string detokenize(const photon_model* model, const std::vector<int32_t>& to
 
 // Storage dtypes by their command-line names.
 photon_dtype parse_dtype(const std::string& text);
+// "auto" | "hiergen" | "recgen" (UsageError naming --mode otherwise), and back.
+photon_mode parse_mode(const std::string& text);
+const char* mode_name(photon_mode mode);
 const char* dtype_name(photon_dtype dtype);
 
 class ProgressBar;

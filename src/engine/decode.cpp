@@ -80,16 +80,16 @@ void deliver(Task& t, const Tokenizer& tok) {
   }
 }
 
-// Calls fn(sessions) once per mode among `tasks`, with that mode's sessions, so that each mode's
-// batched operation sees all of them at once.
+// Calls fn(indices) once per mode among `tasks`, with the indices of that mode's tasks, so that
+// each mode's batched operation sees all of its sessions at once.
 template <typename Fn>
 void by_mode(const std::vector<Task*>& tasks, Fn fn) {
-  std::vector<Session*> group;
+  std::vector<size_t> indices;
   for (Mode mode : {Mode::HierGen, Mode::RecGen, Mode::Vanilla}) {
-    group.clear();
-    for (Task* t : tasks)
-      if (t->session->mode == mode) group.push_back(t->session);
-    if (!group.empty()) fn(group);
+    indices.clear();
+    for (size_t i = 0; i < tasks.size(); ++i)
+      if (tasks[i]->session->mode == mode) indices.push_back(i);
+    if (!indices.empty()) fn(indices);
   }
 }
 
@@ -101,7 +101,12 @@ void sample_lanes(const std::vector<Task*>& sampling, std::vector<std::vector<La
   Workspace& ws = lead.runner->workspace();
   Backend& b = model.backend();
   const int vocab = model.config().vocab_size;
-  by_mode(sampling, [](std::vector<Session*>& group) { group[0]->runner->catch_up(group); });
+  std::vector<Session*> group;
+  by_mode(sampling, [&](const std::vector<size_t>& indices) {
+    group.clear();
+    for (size_t i : indices) group.push_back(sampling[i]->session);
+    group[0]->runner->catch_up(group);
+  });
   lanes.resize(sampling.size());
   size_t n_lanes = 0;
   for (size_t i = 0; i < sampling.size(); ++i) {
@@ -145,11 +150,14 @@ void sample_lanes(const std::vector<Task*>& sampling, std::vector<std::vector<La
       sampling[i]->session->stream.ahead[lane.position] = {sampled[r], logprobs[r]};
       ++r;
     }
-  by_mode(sampling, [&](std::vector<Session*>& group) {
-    std::vector<std::vector<int32_t>> group_tokens;
-    for (Session* s : group)
-      for (size_t i = 0; i < sampling.size(); ++i)
-        if (sampling[i]->session == s) group_tokens.push_back(tokens[i]);
+  std::vector<std::vector<int32_t>> group_tokens;
+  by_mode(sampling, [&](const std::vector<size_t>& indices) {
+    group.clear();
+    group_tokens.clear();
+    for (size_t i : indices) {
+      group.push_back(sampling[i]->session);
+      group_tokens.push_back(std::move(tokens[i]));
+    }
     group[0]->runner->feed(group, group_tokens);
   });
 }

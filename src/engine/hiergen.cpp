@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/score.h"
 #include "engine/session.h"
 #include "engine/session_state.h"
 #include "engine/weights.h"
@@ -176,7 +177,8 @@ class HierGenRunner final : public Runner {
                                              encoder_capacities(model_.config(), s.context));
   }
 
-  void prefill(Session& s, std::span<const int32_t> tokens) override {
+  void prefill(Session& s, std::span<const int32_t> tokens, float* logprobs) override {
+    if (logprobs) teacher_forced_logprobs(model_, s.history, tokens, logprobs);
     Session* self = &s;
     catch_up({&self, 1});
     HierGenState& st = s.as<HierGenState>();

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/hiergen.h"
+#include "engine/score.h"
 #include "engine/session.h"
 #include "engine/session_state.h"
 #include "engine/weights.h"
@@ -35,13 +36,13 @@ class RecGenRunner final : public Runner {
     for (Window& w : st.group) allocate_window(model_, 1, &w);
   }
 
-  void prefill(Session& s, std::span<const int32_t> tokens) override {
+  void prefill(Session& s, std::span<const int32_t> tokens, float* logprobs) override {
     RecGenState& r = s.as<RecGenState>();
-    if (r.generated)
-      fail(PHOTON_ERR_UNSUPPORTED,
-           "a RecGen session cannot take more prompt after it has generated (its latents are its "
-           "own reconstructions); start a new session or use HierGen");
+    // After generation the latents are RecGen's own reconstructions: known tokens continue them
+    // as generated ones would.
+    if (r.generated) return consume(s, tokens, logprobs);
     if (tokens.empty()) return;
+    if (logprobs) teacher_forced_logprobs(model_, s.history, tokens, logprobs);
     // RecGen keeps no encoder cache below the top, so a prompt (also one extended by a second
     // prefill) is encoded in full once with temporary lower caches, which are then dropped.
     std::vector<int32_t> prompt = s.history;
@@ -62,6 +63,70 @@ class RecGenRunner final : public Runner {
     }
     s.history = std::move(prompt);
     build_from(s, st);
+  }
+
+  // Consumes known tokens as RecGen consumes tokens it sampled (spec 5; each enters only its own
+  // level-1 window), a level-2 unit at a time with all of its windows in one pass. logprobs (may
+  // be null) receives the log-probability of each token under RecGen's conditioning. A
+  // cancellation request is honoured between units, which keeps the units consumed so far.
+  void consume(Session& s, std::span<const int32_t> tokens, float* logprobs) {
+    const ModelConfig& c = model_.config();
+    const int c1 = c.level(1).chunk_len;
+    RecGenState& r = s.as<RecGenState>();
+    Session* self = &s;
+    struct Feed {
+      int window;
+      int64_t first, count;  // the window's inputs: rows of the embedded ids
+      bool completes;        // the chunk holds the unit's last token
+    };
+    std::vector<Feed> feeds;
+    std::vector<int32_t> ids;
+    std::vector<WindowJob> jobs;
+    std::vector<RowCopy> rows;
+    for (size_t at = 0; at < tokens.size();) {
+      s.check_cancel();
+      catch_up({&self, 1});  // opens the next unit when the history ends one
+      const int64_t next = static_cast<int64_t>(s.history.size());
+      const int64_t n =
+          std::min<int64_t>(static_cast<int64_t>(tokens.size() - at), group_end(r) - next);
+      const std::span<const int32_t> chunk = tokens.subspan(at, n);
+      // Each level-1 unit the chunk reaches feeds its window all of its tokens but the unit's last
+      // one, which needs no output after it.
+      feeds.clear();
+      ids.clear();
+      for (int64_t i = 0; i < n;) {
+        const int64_t offset = next + i - r.group_start;
+        const int64_t in_unit = std::min<int64_t>(n - i, c1 - offset % c1);
+        const bool completes = offset % c1 + in_unit == c1;
+        const int64_t fed = in_unit - (completes ? 1 : 0);
+        feeds.push_back(
+            {static_cast<int>(offset / c1), static_cast<int64_t>(ids.size()), fed, completes});
+        ids.insert(ids.end(), chunk.begin() + i, chunk.begin() + i + fed);
+        i += in_unit;
+      }
+      const Tensor inputs = ws_.get(Slot::Embedded, static_cast<int64_t>(ids.size()), c.token_dim);
+      model_.backend().embed(model_.weights().tok_emb_dec, ids, inputs);
+      jobs.clear();
+      for (const Feed& f : feeds)
+        if (f.count > 0) jobs.push_back({&r.group[f.window], {}, inputs.slice(f.first, f.count)});
+      run_windows(model_, 1, jobs, ws_);
+      if (logprobs) {
+        // The token at offset k of its unit is predicted by its window's output k.
+        const Tensor hidden = ws_.get(Slot::Hidden, n, c.token_dim);
+        rows.clear();
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t offset = next + i - r.group_start;
+          rows.push_back({hidden.row(i), r.group[offset / c1].output(offset % c1)});
+        }
+        model_.backend().copy_rows(rows);
+        token_logprobs(model_, hidden, chunk, logprobs + at, ws_);
+      }
+      for (const Feed& f : feeds)
+        if (f.completes) r.group[f.window].consumed = c1;
+      s.history.insert(s.history.end(), chunk.begin(), chunk.end());
+      r.generated = true;
+      at += n;
+    }
   }
 
   void catch_up(std::span<Session* const> sessions) override {
@@ -336,6 +401,17 @@ class RecGenRunner final : public Runner {
 
 std::unique_ptr<Runner> make_recgen_runner(const Model& model) {
   return std::make_unique<RecGenRunner>(model);
+}
+
+void score_recgen(const Model& model, std::span<const int32_t> tokens, size_t prompt_tokens,
+                  float* out) {
+  if (prompt_tokens >= tokens.size()) return score_tokens(model, tokens, out);
+  std::unique_ptr<Session> s =
+      Session::create(model, Mode::RecGen, static_cast<int>(tokens.size()), SamplerConfig());
+  s->runner->prefill(*s, tokens.first(prompt_tokens), out);
+  // Everything after the prompt is consumed as RecGen consumes what it generated.
+  s->as<RecGenState>().generated = true;
+  s->runner->prefill(*s, tokens.subspan(prompt_tokens), out + prompt_tokens);
 }
 
 }  // namespace photon

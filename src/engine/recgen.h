@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/runner.h"
@@ -19,9 +20,18 @@ struct RecGenState {
   std::vector<Window> group;      // level-1 windows of the open level-2 unit
   int64_t group_start = 0;        // position of the group's first token
   std::vector<int> lane_windows;  // the window of each lane of the last lanes() call
+  // Tokens after the prompt were consumed (generated, or known ones consumed alike): more tokens
+  // continue RecGen's own latents instead of re-encoding a prompt.
   bool generated = false;
 };
 
 std::unique_ptr<Runner> make_recgen_runner(const Model& model);
+
+// The log-probabilities a RecGen session assigns to `tokens` (spec 5; docs/model.md): the first
+// prompt_tokens (>= 1) are the prompt, consumed teacher-forced (out[1 .. prompt_tokens - 1] are
+// teacher forcing's), every later token is consumed as RecGen consumes a token it sampled.
+// out[0] is NaN; prompt_tokens >= tokens.size() is teacher forcing throughout.
+void score_recgen(const Model& model, std::span<const int32_t> tokens, size_t prompt_tokens,
+                  float* out);
 
 }  // namespace photon

@@ -47,8 +47,10 @@ class Runner {
   virtual void init(Session& s) = 0;
   // Consumes tokens after the history, in parallel, in slices of kPrefillSlice tokens between which
   // a cancellation request is honoured (Error PHOTON_ERR_CANCELLED): HierGen and vanilla then keep
-  // the slices consumed so far, RecGen keeps its state from before the call.
-  virtual void prefill(Session& s, std::span<const int32_t> tokens) = 0;
+  // the slices consumed so far, RecGen keeps its state from before the call (after generation,
+  // the units consumed so far). logprobs (may be null) receives log p(tokens[i] | all before it)
+  // under the mode's conditioning (NaN for a session's very first token).
+  virtual void prefill(Session& s, std::span<const int32_t> tokens, float* logprobs) = 0;
   static constexpr size_t kPrefillSlice = 512;
   // Brings the caches up to date with the histories.
   virtual void catch_up(std::span<Session* const> sessions) = 0;

@@ -115,3 +115,16 @@ void score_tokens(const Model& model, std::span<const int32_t> tokens, float* ou
 }
 
 }  // namespace photon
+
+namespace photon {
+
+void teacher_forced_logprobs(const Model& model, std::span<const int32_t> history,
+                             std::span<const int32_t> tokens, float* out) {
+  std::vector<int32_t> all(history.begin(), history.end());
+  all.insert(all.end(), tokens.begin(), tokens.end());
+  std::vector<float> logprobs(all.size());
+  score_tokens(model, all, logprobs.data());
+  std::copy(logprobs.begin() + static_cast<int64_t>(history.size()), logprobs.end(), out);
+}
+
+}  // namespace photon

@@ -2,6 +2,15 @@
 
 namespace photon {
 
+Mode default_mode(const Model& model) {
+  const ModelConfig& c = model.config();
+  if (c.arch == Arch::Vanilla) return Mode::Vanilla;
+  if (c.num_levels() < 2) return Mode::HierGen;
+  for (const auto& [key, value] : model.file().metadata())
+    if (key == "photon.default_mode" && value == "hiergen") return Mode::HierGen;
+  return Mode::RecGen;
+}
+
 std::unique_ptr<Session> Session::create(const Model& model, Mode mode, int context,
                                          const SamplerConfig& sampler) {
   const ModelConfig& c = model.config();
@@ -30,7 +39,7 @@ void Session::discard_ahead() {
   runner->rollback(*this);
 }
 
-void Session::prefill(std::span<const int32_t> tokens, std::string_view who) {
+void Session::prefill(std::span<const int32_t> tokens, std::string_view who, float* logprobs) {
   stream.require_usable(who);
   cancel_requested.store(false);
   discard_ahead();
@@ -46,7 +55,7 @@ void Session::prefill(std::span<const int32_t> tokens, std::string_view who) {
                                       " tokens exceed the session's context of " +
                                       std::to_string(context));
   Session* self = this;
-  changing({&self, 1}, [&] { runner->prefill(*this, tokens); });
+  changing({&self, 1}, [&] { runner->prefill(*this, tokens, logprobs); });
 }
 
 void Session::set_sampler(const SamplerConfig& config, std::string_view who) {

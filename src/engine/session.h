@@ -24,6 +24,11 @@ namespace photon {
 
 using ModeState = std::variant<HierGenState, RecGenState, VanillaState>;
 
+// The mode a model generates with by default: vanilla's own; for PHOTON the one its file
+// recommends (metadata "photon.default_mode": "hiergen" or "recgen", written by the trainer from
+// what it measured), else RecGen where the model has it (L >= 2), else HierGen.
+Mode default_mode(const Model& model);
+
 struct Session {
   // Throws Error(PHOTON_ERR_UNSUPPORTED) for RecGen on vanilla or a one-level model.
   static std::unique_ptr<Session> create(const Model& model, Mode mode, int context,
@@ -54,9 +59,9 @@ struct Session {
   // save or sampler change: draws are keyed by position, so they will be sampled again alike).
   void discard_ahead();
 
-  // photon_session_prefill: validates the tokens against the vocabulary and the context, then
-  // consumes them in parallel.
-  void prefill(std::span<const int32_t> tokens, std::string_view who);
+  // photon_session_prefill(_logprobs): validates the tokens against the vocabulary and the
+  // context, then consumes them in parallel; logprobs (may be null) as Runner::prefill.
+  void prefill(std::span<const int32_t> tokens, std::string_view who, float* logprobs = nullptr);
   // photon_session_set_sampler.
   void set_sampler(const SamplerConfig& config, std::string_view who);
   // photon_session_kv_bytes.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/score.h"
 #include "engine/session.h"
 #include "engine/session_state.h"
 #include "engine/stack.h"
@@ -22,7 +23,8 @@ class VanillaRunner final : public Runner {
     st.hidden = zero_matrix(model_.backend(), 1, c.dim, "last hidden state");
   }
 
-  void prefill(Session& s, std::span<const int32_t> tokens) override {
+  void prefill(Session& s, std::span<const int32_t> tokens, float* logprobs) override {
+    if (logprobs) teacher_forced_logprobs(model_, s.history, tokens, logprobs);
     Session* self = &s;
     for (size_t at = 0; at < tokens.size(); at += kPrefillSlice) {
       s.check_cancel();

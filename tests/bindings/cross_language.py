@@ -12,12 +12,25 @@ import os
 import subprocess
 import sys
 
+CONTINUATION = 8  # tokens each command writes after the state
+
 
 def run(command, *args):
     result = subprocess.run(command + list(args), capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(command + list(args))} failed ({result.returncode}):\n"
                          f"{result.stdout}{result.stderr}")
+
+
+def read_continuation(path, command):
+    """The token ids a command wrote: exactly CONTINUATION of them (an empty or short file would
+    make every comparison below pass vacuously)."""
+    with open(path) as f:
+        words = f.read().split()
+    if len(words) != CONTINUATION or not all(w.isdigit() for w in words):
+        raise SystemExit(f"{' '.join(command)} wrote {words!r} to {path}, not {CONTINUATION} "
+                         f"token ids")
+    return words
 
 
 def main(argv):
@@ -33,7 +46,7 @@ def main(argv):
         state = os.path.join(workdir, f"{name}.state")
         out = os.path.join(workdir, f"{name}.saved")
         run(command, "save", model, state, out)
-        saved[name] = (state, open(out).read().split())
+        saved[name] = (state, read_continuation(out, command))
         print(f"{name} saved: {' '.join(saved[name][1])}")
 
     failures = []
@@ -48,7 +61,7 @@ def main(argv):
                 continue
             out = os.path.join(workdir, f"{saver}-to-{restorer}.restored")
             run(command, "restore", model, state, out)
-            got = open(out).read().split()
+            got = read_continuation(out, command)
             verdict = "ok" if got == expected else "MISMATCH"
             print(f"{verdict}: saved by {saver}, restored by {restorer}: {' '.join(got)}")
             if got != expected:

@@ -1,6 +1,7 @@
 # ctest driver: writes a small random model with the CLI and streams a completion from it with the
-# C example. Expects PHOTON, EXAMPLE (executables) and WORK_DIR.
-set(model ${WORK_DIR}/example_stream.photon)
+# C or C++ example (callback, pull API, save and restore). Expects PHOTON, EXAMPLE (executables),
+# NAME and WORK_DIR.
+set(model ${WORK_DIR}/${NAME}.photon)
 set(prompt "Once upon a time")
 
 execute_process(COMMAND ${PHOTON} init --preset photon-small --seed 1 -o ${model}
@@ -18,15 +19,15 @@ string(FIND "${out}" "${prompt}" at)
 if(NOT at EQUAL 0)
   message(FATAL_ERROR "the example's output does not start with the prompt:\n${out}")
 endif()
-if(NOT err MATCHES "\\[[0-9]+ tokens, (recgen|hiergen)\\]")
+if(NOT err MATCHES "\\[[0-9]+ tokens, (recgen|hiergen), state [0-9]+ bytes\\]")
   message(FATAL_ERROR "the example printed no summary on stderr:\n${err}")
 endif()
 message(STATUS "example output: ${out}")
 
 # Misuse: a usage error (2) and a missing model (1), each with a message, never a signal.
-execute_process(COMMAND ${EXAMPLE} RESULT_VARIABLE rc ERROR_VARIABLE err)
+execute_process(COMMAND ${EXAMPLE} ${model} ${prompt} 16 extra RESULT_VARIABLE rc ERROR_VARIABLE err)
 if(NOT rc EQUAL 2 OR NOT err MATCHES "usage")
-  message(FATAL_ERROR "no arguments: expected exit code 2 and a usage line, got ${rc}: ${err}")
+  message(FATAL_ERROR "too many arguments: expected exit code 2 and a usage line, got ${rc}: ${err}")
 endif()
 execute_process(COMMAND ${EXAMPLE} ${WORK_DIR}/missing.photon RESULT_VARIABLE rc ERROR_VARIABLE err)
 if(NOT rc EQUAL 1 OR NOT err MATCHES "missing.photon")

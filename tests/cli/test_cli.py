@@ -209,6 +209,11 @@ def group_errors():
     expect_failure(photon("generate", "-m", missing, "-p", "hi"), 1, "generate", missing)
     expect_failure(photon("score", "-m", m, "-f", os.path.join(WORK, "no-such.txt")), 1, "score",
                    "no-such.txt")
+    # A directory reads as nothing: it must not pass for an empty text or configuration.
+    expect_failure(photon("score", "-m", m, "-f", WORK), 1, "score",
+                   f"'{WORK}': it is a directory")
+    expect_failure(photon("init", "--config", WORK, "-o", os.path.join(WORK, "x.photon")), 1,
+                   "init", f"'{WORK}': it is a directory")
     for tokens in ["1,99999", "1,-5", "4096"]:
         expect_failure(photon("score", "-m", m, "--tokens", tokens), 1, "score", "BAD_TOKEN")
         expect_failure(photon("generate", "-m", m, "--tokens", tokens), 1, "generate",
@@ -372,15 +377,18 @@ def group_convert():
 
     half = os.path.join(WORK, "tiny-f16.photon")
     expect_ok(photon("convert", "--config", config, "--weights", weights, "--dtype", "f16",
-                     "-o", half))
+                     "--meta", "recgen_agreement=0.61", "--meta", "note=a=b", "-o", half))
     half_info = inspect_json(half)
     if half_info is not None:
+        check(half_info["metadata"].get("recgen_agreement") == "0.61" and
+              half_info["metadata"].get("note") == "a=b", "--meta entries are in the file")
         check(all(t["dtype"] == "f16" for t in half_info["file"]["tensors"]), "f16 stored")
         check_layout(half_info, half, 2)
         half_scores = score(half, tokens)
-        check(half_scores is not None and all(
-            abs(a - b) < 0.05 for a, b in zip(half_scores["logprobs"][1:],
-                                             original["logprobs"][1:])),
+        check(half_scores is not None and original is not None
+              and len(half_scores["logprobs"]) == len(original["logprobs"]) == len(tokens)
+              and all(abs(a - b) < 0.05 for a, b in zip(half_scores["logprobs"][1:],
+                                                        original["logprobs"][1:])),
               "the f16 model scores close to the f32 one")
 
     incomplete = dict(arrays)
@@ -395,6 +403,9 @@ def group_convert():
     write_npz(weights, extra)
     expect_failure(photon("convert", "--config", config, "--weights", weights, "-o", bad), 1,
                    "convert", "surplus")
+    for entry in ("no-equals-sign", "=value"):
+        expect_failure(photon("convert", "--config", config, "--weights", weights, "--meta",
+                              entry, "-o", bad), 2, "convert", "--meta")
     expect_failure(photon("convert", "--config", config, "--weights", weights, "--tokenizer",
                           os.path.join(WORK, "no-such.model"), "-o", bad), 1, "convert")
     for path in [source, converted, half, weights]:

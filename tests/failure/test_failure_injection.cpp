@@ -303,11 +303,18 @@ class FailureInjection : public ::testing::TestWithParam<Mode> {
   // Calls attempt(n) for n = 1, 2, ...: attempt makes allocation n fail during the call under test
   // and returns whether it did; the loop ends with the first run that needed no more allocations.
   // The n whose failure was moved past let-through allocations are skipped: they would fail the
-  // same allocation again.
-  static void every_allocation(const std::function<bool(long)>& attempt) {
-    long n = 1;
-    while (attempt(n) && !HasFatalFailure()) ASSERT_LT(n += 1 + g_deferred.load(), kMaxAllocations);
-    std::printf("[          ] %ld allocations counted\n", n - 1);
+  // same allocation again. A hook that injected nothing would end the loop at once and pass, so at
+  // least `min_failures` runs must have failed (floors of about a quarter of what the calls
+  // allocate today: enough to tell a working hook from a broken one, loose enough for the engine
+  // to allocate less).
+  static void every_allocation(long min_failures, const std::function<bool(long)>& attempt) {
+    long n = 1, failures = 0;
+    while (attempt(n) && !HasFatalFailure()) {
+      ++failures;
+      ASSERT_LT(n += 1 + g_deferred.load(), kMaxAllocations);
+    }
+    std::printf("[          ] %ld allocations counted, %ld failures injected\n", n - 1, failures);
+    EXPECT_GE(failures, min_failures) << "the allocation hook injected too few failures";
   }
 
   static TempDir* dir_;
@@ -321,7 +328,7 @@ std::vector<int32_t> FailureInjection::prompt_;
 
 TEST_P(FailureInjection, LoadModel) {
   const std::string path = dir_->file("photon.photon");
-  every_allocation([&](long n) {
+  every_allocation(230, [&](long n) {
     photon_model* model = nullptr;
     Injection injection(n, GetParam());
     const photon_status status = photon_model_load(path.c_str(), nullptr, &model);
@@ -340,7 +347,7 @@ TEST_P(FailureInjection, FirstUseOfAnF16Model) {
   // f16 weights are widened on first use, inside whichever call needs them first.
   const std::string path = dir_->file("photon-f16.photon");
   std::vector<int32_t> expected;
-  every_allocation([&](long n) {
+  every_allocation(90, [&](long n) {
     photon_model* model = nullptr;
     EXPECT_EQ(photon_model_load(path.c_str(), nullptr, &model), PHOTON_OK);
     photon_session* s = nullptr;
@@ -369,7 +376,7 @@ TEST_P(FailureInjection, CreateSession) {
   for (const SessionCase& c : kSessionCases) {
     const std::vector<int32_t> expected = reference(c);
     photon_session_options* options = options_for(c);
-    every_allocation([&](long n) {
+    every_allocation(2, [&](long n) {
       photon_session* s = nullptr;
       Injection injection(n, GetParam());
       const photon_status status = photon_session_create(models_[c.model], options, &s);
@@ -392,7 +399,7 @@ TEST_P(FailureInjection, CreateSession) {
 TEST_P(FailureInjection, Prefill) {
   for (const SessionCase& c : kSessionCases) {
     const std::vector<int32_t> expected = reference(c);
-    every_allocation([&](long n) {
+    every_allocation(5, [&](long n) {
       photon_session* s = create(c);
       Injection injection(n, GetParam());
       const photon_status status = photon_session_prefill(s, prompt_.data(), prompt_.size());
@@ -427,7 +434,7 @@ TEST_P(FailureInjection, Prefill) {
 TEST_P(FailureInjection, Generate) {
   for (const SessionCase& c : kSessionCases) {
     const std::vector<int32_t> expected = reference(c);
-    every_allocation([&](long n) {
+    every_allocation(30, [&](long n) {
       photon_session* s = prefilled(c);
       Stream got;
       int32_t delivered = -1;
@@ -453,7 +460,7 @@ TEST_P(FailureInjection, Generate) {
 TEST_P(FailureInjection, NextToken) {
   for (const SessionCase& c : kSessionCases) {
     const std::vector<int32_t> expected = reference(c);
-    every_allocation([&](long n) {
+    every_allocation(40, [&](long n) {
       photon_session* s = prefilled(c);
       std::vector<int32_t> got;
       got.reserve(expected.size());  // the test's own allocations happen outside the injection
@@ -489,7 +496,7 @@ TEST_P(FailureInjection, GenerateBatch) {
   const SessionCase& hier = kSessionCases[0];
   const SessionCase& rec = kSessionCases[1];
   const std::vector<int32_t> expected[] = {reference(hier), reference(rec)};
-  every_allocation([&](long n) {
+  every_allocation(80, [&](long n) {
     photon_session* sessions[] = {prefilled(hier), prefilled(rec)};
     Stream got[2];
     Injection injection(n, GetParam());
@@ -525,7 +532,7 @@ TEST_P(FailureInjection, SaveAndRestore) {
     ASSERT_EQ(photon_session_save(original, state.data(), state.size(), &size), PHOTON_OK);
     photon_session_free(original);
 
-    every_allocation([&](long n) {  // save
+    every_allocation(2, [&](long n) {  // save
       photon_session* s = nullptr;
       EXPECT_EQ(photon_session_restore(models_[c.model], state.data(), state.size(), &s),
                 PHOTON_OK);
@@ -543,7 +550,7 @@ TEST_P(FailureInjection, SaveAndRestore) {
       photon_session_free(s);
       return fired;
     });
-    every_allocation([&](long n) {  // restore
+    every_allocation(10, [&](long n) {  // restore
       photon_session* s = nullptr;
       Injection injection(n, GetParam());
       const photon_status status =
@@ -573,7 +580,7 @@ TEST_P(FailureInjection, TokenizeDetokenizeScore) {
   std::vector<float> expected_logprobs(n_tokens);
   ASSERT_EQ(photon_model_score(model, tokens.data(), n_tokens, expected_logprobs.data()),
             PHOTON_OK);
-  every_allocation([&](long n) {
+  every_allocation(80, [&](long n) {
     std::vector<int32_t> got(256);
     size_t n_got = 0;
     char decoded[512];
@@ -608,7 +615,7 @@ TEST_P(FailureInjection, ScoreALongSequence) {
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(5 + (i * 53) % 300);
   std::vector<float> expected(tokens.size());
   ASSERT_EQ(photon_model_score(model, tokens.data(), tokens.size(), expected.data()), PHOTON_OK);
-  every_allocation([&](long n) {
+  every_allocation(5, [&](long n) {
     std::vector<float> logprobs(tokens.size());
     Injection injection(n, GetParam());
     const photon_status status =
@@ -629,7 +636,7 @@ TEST_P(FailureInjection, WriteARandomModel) {
           "head_dim": 4, "ffn_dim": 12, "max_seq_len": 64})";
   const std::string out = dir_->file("written.photon");
   const std::string tokenizer = std::string(PHOTON_SOURCE_DIR) + "/tests/data/tiny.model";
-  every_allocation([&](long n) {
+  every_allocation(250, [&](long n) {
     photon_write_options* options = nullptr;
     EXPECT_EQ(photon_write_options_create(&options), PHOTON_OK);
     EXPECT_EQ(photon_write_options_set_tokenizer_file(options, tokenizer.c_str()), PHOTON_OK);

@@ -1,10 +1,14 @@
 #!/usr/bin/python3
 """Live comparison of the built `photon` CLI with the PyTorch reference on fresh random models.
 
-For a PHOTON L = 2 model and a vanilla model (fixed seeds, none of them a golden case): writes
-config.json + weights.npz, converts them with `photon convert`, and compares `photon score --json`
-and `photon generate --json` (greedy HierGen, and RecGen for PHOTON) with photon_ref, token ids
-exactly and log probabilities within 1e-4.
+For PHOTON models of L = 1, 2, 3 and vanilla models (fixed seeds, none of them a golden case):
+writes config.json + weights.npz, converts them with `photon convert`, and compares `photon score
+--json` and `photon generate --json` (greedy HierGen, and RecGen for L >= 2) with photon_ref, token
+ids exactly and log probabilities within 1e-4. Short models check every RecGen prompt length up to
+2 B_L + 1; long models use sequences that cross every batching limit of the engine with margin
+(engine_limits.py): the score of a sequence spanning several passes of top-level windows, and
+generation after prompts spanning several prefill slices. Short models also generate under a
+repetition penalty, against the penalty written out from its definition in photon.h.
 
     /usr/bin/python3 tests/reference/compare_engine.py --photon build/bin/photon --work-dir /tmp/w
 """
@@ -20,12 +24,16 @@ import torch
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "python"))
-from photon_ref import generate_hiergen, generate_recgen, load_model, score  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from engine_limits import long_lengths, meta_tokens  # noqa: E402
+from photon_ref import (RecGenPlan, generate_hiergen, generate_recgen, greedy,  # noqa: E402
+                        load_model, score)
 from photon_ref.random_weights import write_random_model  # noqa: E402
 
 TOLERANCE = 1e-4
 MIN_MARGIN = 1e-3  # a greedy step closer than this to a tie would make the comparison flaky
 GENERATE = 16
+SMALL_VOCAB = 320  # the pieces of tests/data/tiny.model
 
 
 def stack(layers, heads, kv_heads, head_dim, ffn_dim):
@@ -33,19 +41,48 @@ def stack(layers, heads, kv_heads, head_dim, ffn_dim):
             "ffn_dim": ffn_dim}
 
 
+def level(chunk_len, chunker, dim, prefix_len, encoder, decoder):
+    return {"chunk_len": chunk_len, "chunker": chunker, "dim": dim, "prefix_len": prefix_len,
+            "encoder": encoder, "decoder": decoder}
+
+
+def photon_config(levels, embed_dim=4, token_dim=8, vocab=SMALL_VOCAB, max_seq_len=8192,
+                  theta=10000.0):
+    return {"arch": "photon", "vocab_size": vocab, "embed_dim": embed_dim, "token_dim": token_dim,
+            "max_seq_len": max_seq_len, "norm_eps": 1e-5, "rope_theta": theta, "levels": levels}
+
+
+def vanilla(dim, layers, heads, kv_heads, head_dim, ffn_dim, vocab, max_seq_len, eps, theta):
+    return {"arch": "vanilla", "vocab_size": vocab, "dim": dim, "layers": layers, "heads": heads,
+            "kv_heads": kv_heads, "head_dim": head_dim, "ffn_dim": ffn_dim, "norm_eps": eps,
+            "rope_theta": theta, "max_seq_len": max_seq_len}
+
+
+# name -> (seed, "short" or "long", config).
 MODELS = {
-    "live_photon_l2": (9001, {
-        "arch": "photon", "vocab_size": 512, "embed_dim": 8, "token_dim": 24, "max_seq_len": 256,
-        "norm_eps": 1e-5, "rope_theta": 500.0,
-        "levels": [
-            {"chunk_len": 4, "chunker": "concat", "dim": 32, "prefix_len": 2,
-             "encoder": stack(1, 4, 2, 8, 48), "decoder": stack(2, 6, 3, 4, 40)},
-            {"chunk_len": 2, "chunker": "linear", "dim": 40, "prefix_len": 1,
-             "encoder": stack(2, 2, 1, 16, 64), "decoder": stack(1, 4, 4, 8, 48)}]}),
-    "live_vanilla": (9002, {
-        "arch": "vanilla", "vocab_size": 512, "dim": 32, "layers": 3, "heads": 8, "kv_heads": 2,
-        "head_dim": 6, "ffn_dim": 72, "norm_eps": 1e-6, "rope_theta": 10000.0,
-        "max_seq_len": 256}),
+    "live_photon_l2": (9001, "short", photon_config([
+        level(4, "concat", 32, 2, stack(1, 4, 2, 8, 48), stack(2, 6, 3, 4, 40)),
+        level(2, "linear", 40, 1, stack(2, 2, 1, 16, 64), stack(1, 4, 4, 8, 48))],
+        embed_dim=8, token_dim=24, vocab=512, max_seq_len=256, theta=500.0)),
+    "live_vanilla": (9002, "short", vanilla(32, 3, 8, 2, 6, 72, 512, 256, 1e-6, 10000.0)),
+    "live_photon_l3": (9003, "short", photon_config([
+        level(2, "linear", 8, 2, stack(1, 2, 1, 4, 16), stack(1, 2, 2, 4, 16)),
+        level(2, "concat", 16, 1, stack(1, 2, 2, 4, 16), stack(2, 2, 1, 4, 16)),
+        level(3, "linear", 12, 2, stack(1, 2, 1, 4, 16), stack(1, 2, 2, 4, 16))],
+        max_seq_len=256)),
+    # Chunk lengths 2 keep the sequences that cross a pass of top-level windows short.
+    "live_long_vanilla": (9011, "long", vanilla(8, 2, 2, 2, 4, 16, SMALL_VOCAB, 2048, 1e-5, 1e4)),
+    "live_long_block": (9012, "long", photon_config([
+        level(2, "linear", 8, 1, stack(2, 2, 1, 4, 16), stack(1, 2, 2, 4, 16))],
+        max_seq_len=2048)),
+    "live_long_photon_l2": (9013, "long", photon_config([
+        level(2, "concat", 8, 2, stack(1, 2, 2, 4, 16), stack(1, 2, 1, 4, 16)),
+        level(2, "linear", 12, 1, stack(1, 2, 1, 4, 16), stack(1, 2, 2, 4, 16))],
+        max_seq_len=4096)),
+    "live_long_photon_l3": (9014, "long", photon_config([
+        level(2, "linear", 8, 2, stack(1, 2, 1, 4, 16), stack(1, 2, 2, 4, 16)),
+        level(2, "concat", 16, 1, stack(1, 2, 2, 4, 16), stack(1, 2, 1, 4, 16)),
+        level(2, "linear", 8, 2, stack(1, 2, 1, 4, 16), stack(1, 2, 2, 4, 16))])),
 }
 
 
@@ -73,7 +110,66 @@ def compare_logprobs(what, engine, reference):
             raise Mismatch(f"{what}[{i}]: engine {e}, reference {r} (|diff| {abs(e - r):.2e})")
 
 
-def check_model(photon, work_dir, name, seed, config_json):
+def check_generation(photon, model_path, model, what, mode, prompt, n):
+    generate = generate_recgen if mode == "recgen" else generate_hiergen
+    expected = generate(model, prompt, n)
+    if min(expected["margins"]) <= MIN_MARGIN:
+        raise Mismatch(f"{what}: the reference's greedy path nears a tie (margin "
+                       f"{min(expected['margins']):.1e}); choose another seed")
+    stdout = run([photon, "generate", "-m", model_path, "--tokens", ",".join(map(str, prompt)),
+                  "-n", str(n), "--mode", mode, "--ignore-eos", "--json"])
+    got = json.loads(stdout.strip().splitlines()[-1])
+    for i, (e, r) in enumerate(zip(got["tokens"], expected["tokens"])):
+        if e != r:
+            raise Mismatch(f"{what}: first differing token at step {i}: engine {e}, "
+                           f"reference {r}")
+    if len(got["tokens"]) != n:
+        raise Mismatch(f"{what}: engine generated {len(got['tokens'])} tokens")
+    compare_logprobs(what, got["logprobs"], expected["logprobs"])
+
+
+def penalized_greedy(model, mode, prompt, n, penalty, last_n):
+    """Greedy decoding under a CTRL repetition penalty, written out here from the API's definition
+    (photon.h): each distinct token among the last last_n of the history has its logit divided by
+    the penalty if positive, multiplied if not; the reported log probability is that of the
+    model's unmodified distribution."""
+    tokens, out, logprobs, margins = list(prompt), [], [], []
+    plan = RecGenPlan(model, prompt) if mode == "recgen" else None
+    with torch.no_grad():
+        for _ in range(n):
+            raw = plan.next_logits(tokens) if plan else model.next_logits(tokens)
+            logits = raw.clone()
+            for t in set(tokens[-last_n:]):
+                logits[t] = logits[t] / penalty if logits[t] > 0 else logits[t] * penalty
+            token, _, margin = greedy(logits)
+            tokens.append(token)
+            out.append(token)
+            logprobs.append(float(torch.log_softmax(raw, dim=-1)[token]))
+            margins.append(margin)
+    return {"tokens": out, "logprobs": logprobs, "margins": margins}
+
+
+def check_penalized(photon, model_path, model, name, mode, prompt):
+    """A strong penalty over a short window changes the greedy path; the engine must follow the
+    reference's, reporting the unpenalized log probabilities."""
+    penalty, last_n = 3.0, 8
+    what = f"{name} {mode} with repetition penalty (prompt length {len(prompt)})"
+    expected = penalized_greedy(model, mode, prompt, GENERATE, penalty, last_n)
+    if min(expected["margins"]) <= MIN_MARGIN:
+        raise Mismatch(f"{what}: the reference's greedy path nears a tie; choose another prompt")
+    plain = (generate_recgen if mode == "recgen" else generate_hiergen)(model, prompt, GENERATE)
+    if plain["tokens"] == expected["tokens"]:
+        raise Mismatch(f"{what}: the penalty does not change the greedy path; make it stronger")
+    stdout = run([photon, "generate", "-m", model_path, "--tokens", ",".join(map(str, prompt)),
+                  "-n", str(GENERATE), "--mode", mode, "--ignore-eos", "--json",
+                  "--repeat-penalty", str(penalty), "--repeat-last-n", str(last_n)])
+    got = json.loads(stdout.strip().splitlines()[-1])
+    if got["tokens"] != expected["tokens"]:
+        raise Mismatch(f"{what}: engine {got['tokens']}, reference {expected['tokens']}")
+    compare_logprobs(what, got["logprobs"], expected["logprobs"])
+
+
+def check_model(photon, work_dir, name, seed, plan, config_json):
     directory = os.path.join(work_dir, name)
     config_path, weights_path = write_random_model(directory, config_json, seed)
     model_path = os.path.join(directory, "model.photon")
@@ -81,50 +177,56 @@ def check_model(photon, work_dir, name, seed, config_json):
          "--tokenizer", os.path.join(ROOT, "tests", "data", "tiny.model"), "-o", model_path])
     model = load_model(config_path, weights_path)
     rng = np.random.default_rng(seed)
+    vocab = config_json["vocab_size"]
 
     def random_tokens(n):
-        return [1] + [int(t) for t in rng.integers(3, 512, size=n - 1)]
+        return [1] + [int(t) for t in rng.integers(3, vocab, size=n - 1)]
 
-    tokens = random_tokens(45)
+    B = meta_tokens(config_json)
+    if plan == "long":
+        n_score, base = long_lengths(config_json)
+        tokens = random_tokens(n_score)
+        # HierGen just after and just before a top-level boundary; RecGen at its first, a middle
+        # and its last offset; each past the next boundary.
+        hier_prompts = [tokens[:base + k] for k in (1, B - 1)]
+        rec_prompts = [tokens[:base + k] for k in sorted({1, B // 2 + 1, B})]
+        n_gen = B + 2
+    else:
+        tokens = random_tokens(45)
+        hier_prompts = [random_tokens(n) for n in (1, 6, 11, 16)]
+        rec_prompts = hier_prompts
+        if config_json["arch"] == "photon" and len(config_json["levels"]) >= 3:
+            # Three levels: every prompt length, so plans pick every child at every level.
+            base = random_tokens(2 * B + 1)
+            rec_prompts = [base[:n] for n in range(1, 2 * B + 2)]
+        n_gen = GENERATE
     engine = json.loads(run([photon, "score", "-m", model_path, "--tokens",
                              ",".join(map(str, tokens)), "--json"]))
     reference = score(model, tokens)
     compare_logprobs(f"{name} score", engine["logprobs"], reference)
     if abs(engine["nll"] + sum(reference[1:])) > TOLERANCE * len(tokens):
         raise Mismatch(f"{name} score: nll {engine['nll']}, reference {-sum(reference[1:])}")
-    # The reference's own command line gives the same numbers as the package.
-    cli = json.loads(subprocess.run(
-        [sys.executable, "-m", "photon_ref", "score", "--config", config_path, "--weights",
-         weights_path, "--tokens", ",".join(map(str, tokens))], capture_output=True, text=True,
-        check=True, env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))).stdout)
-    if cli["logprobs"] != reference:
-        raise Mismatch(f"{name}: python -m photon_ref score disagrees with photon_ref.score")
+    if plan == "short":
+        # The reference's own command line gives the same numbers as the package.
+        cli = json.loads(subprocess.run(
+            [sys.executable, "-m", "photon_ref", "score", "--config", config_path, "--weights",
+             weights_path, "--tokens", ",".join(map(str, tokens))], capture_output=True,
+            text=True, check=True,
+            env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))).stdout)
+        if cli["logprobs"] != reference:
+            raise Mismatch(f"{name}: python -m photon_ref score disagrees with photon_ref.score")
 
-    modes = [("hiergen", generate_hiergen)]
-    if config_json["arch"] == "photon":
-        modes.append(("recgen", generate_recgen))
-    checked = 0
-    for prompt_len in (1, 6, 11, 16):
-        prompt = random_tokens(prompt_len)
-        for mode, generate in modes:
-            what = f"{name} {mode} (prompt length {prompt_len})"
-            expected = generate(model, prompt, GENERATE)
-            if min(expected["margins"]) <= MIN_MARGIN:
-                raise Mismatch(f"{what}: the reference's greedy path nears a tie (margin "
-                               f"{min(expected['margins']):.1e}); choose another seed")
-            stdout = run([photon, "generate", "-m", model_path, "--tokens",
-                          ",".join(map(str, prompt)), "-n", str(GENERATE), "--mode", mode,
-                          "--ignore-eos", "--json"])
-            got = json.loads(stdout.strip().splitlines()[-1])
-            for i, (e, r) in enumerate(zip(got["tokens"], expected["tokens"])):
-                if e != r:
-                    raise Mismatch(f"{what}: first differing token at step {i}: engine {e}, "
-                                   f"reference {r}")
-            if len(got["tokens"]) != GENERATE:
-                raise Mismatch(f"{what}: engine generated {len(got['tokens'])} tokens")
-            compare_logprobs(what, got["logprobs"], expected["logprobs"])
-            checked += 1
-    print(f"{name}: score of {len(tokens)} tokens and {checked} generations agree")
+    checks = [("hiergen", p) for p in hier_prompts]
+    if config_json["arch"] == "photon" and len(config_json["levels"]) >= 2:
+        checks += [("recgen", p) for p in rec_prompts]
+    for mode, prompt in checks:
+        check_generation(photon, model_path, model,
+                         f"{name} {mode} (prompt length {len(prompt)})", mode, prompt, n_gen)
+    if plan == "short":
+        for mode in sorted({mode for mode, _ in checks}):
+            check_penalized(photon, model_path, model, name, mode, hier_prompts[-1])
+            checks.append((mode + " penalized", hier_prompts[-1]))
+    print(f"{name}: score of {len(tokens)} tokens and {len(checks)} generations agree")
 
 
 def main():
@@ -134,9 +236,9 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     failures = 0
-    for name, (seed, config_json) in MODELS.items():
+    for name, (seed, plan, config_json) in MODELS.items():
         try:
-            check_model(args.photon, args.work_dir, name, seed, config_json)
+            check_model(args.photon, args.work_dir, name, seed, plan, config_json)
         except Mismatch as e:
             print(f"MISMATCH {e}", file=sys.stderr)
             failures += 1

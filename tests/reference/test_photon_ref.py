@@ -2,13 +2,16 @@
 """Self-checks of the PyTorch reference (python/photon_ref) against the spec, independent of the
 C++ engine: building blocks against their formulas written out element by element, the batched
 teacher-forced pass against a per-position evaluation, and RecGen against a second, level-by-level
-formulation of spec section 5.
+formulation of spec section 5, and RecGen scoring (score_recgen) against both that formulation and
+the RecGen generator.
 
     PYTHONPATH=python /usr/bin/python3 tests/reference/test_photon_ref.py
 """
 
+import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -18,7 +21,8 @@ import torch
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "python"))
-from photon_ref import generate_hiergen, generate_recgen, load_model, score  # noqa: E402
+from photon_ref import (generate_hiergen, generate_recgen, load_model, score,  # noqa: E402
+                        score_recgen)
 from photon_ref.model import Attention, StackConfig, rms_norm, rope  # noqa: E402
 from photon_ref.random_weights import write_random_model  # noqa: E402
 
@@ -300,6 +304,98 @@ class Generation(unittest.TestCase):
         config["levels"][0]["dim"] = 16
         with self.assertRaises(ValueError):
             generate_recgen(load(config, 1), [1, 5], 2)
+
+
+class RecGenScoring(unittest.TestCase):
+    def assert_logprobs_equal(self, got, expected, places=10, what=""):
+        self.assertEqual(len(got), len(expected), what)
+        self.assertIsNone(got[0], what)
+        for i in range(1, len(got)):
+            self.assertAlmostEqual(got[i], expected[i], places=places, msg=f"{what} position {i}")
+
+    def check_against_level_by_level(self, config_json, seed, T):
+        model = load(config_json, seed)
+        tokens = random_tokens(T, seed + 100)  # not the model's own choices
+        B = model.config.block_tokens(model.config.num_levels)
+        for K in sorted({1, 2, 3, B - 1, B, B + 1, 2 * B, T - 1}):
+            with torch.no_grad():
+                logprobs = torch.log_softmax(recgen_level_by_level(model, tokens, K), dim=-1)
+            expected = [None] + [float(logprobs[i, tokens[i]]) for i in range(1, T)]
+            self.assert_logprobs_equal(score_recgen(model, tokens, K), expected, 9, f"K={K}")
+
+    def test_l2_matches_level_by_level_formulation(self):
+        self.check_against_level_by_level(L2, 21, 30)
+
+    def test_l3_matches_level_by_level_formulation(self):
+        self.check_against_level_by_level(L3, 22, 33)
+
+    def check_greedy_continuation(self, config_json, seed):
+        """Scoring what RecGen generated greedily gives the log-probabilities it reported."""
+        model = load(config_json, seed)
+        base = random_tokens(14, seed + 1)
+        for K in (1, 5, 6, 13, 14):
+            prompt = base[:K]
+            out = generate_recgen(model, prompt, 25)
+            scored = score_recgen(model, prompt + out["tokens"], K)
+            for i, lp in enumerate(out["logprobs"]):
+                self.assertAlmostEqual(scored[K + i], lp, places=10, msg=f"K={K} step {i}")
+
+    def test_l2_scores_its_own_greedy_continuation(self):
+        self.check_greedy_continuation(L2, 23)
+
+    def test_l3_scores_its_own_greedy_continuation(self):
+        self.check_greedy_continuation(L3, 24)
+
+    def test_prompt_positions_are_teacher_forced(self):
+        model = load(L3, 25)
+        tokens = random_tokens(30, 25)
+        teacher = score(model, tokens)
+        for K in (1, 7, 12, 29):
+            self.assert_logprobs_equal(score_recgen(model, tokens, K)[:K + 1], teacher[:K + 1],
+                                       what=f"K={K}")
+        for K in (30, 31, 100):  # the whole sequence is prompt: teacher forcing throughout
+            self.assert_logprobs_equal(score_recgen(model, tokens, K), teacher, what=f"K={K}")
+        # Past the prompt RecGen is not teacher forcing (else the checks above prove nothing).
+        rec = score_recgen(model, tokens, 7)
+        self.assertGreater(max(abs(a - b) for a, b in zip(rec[8:], teacher[8:])), 1e-3)
+
+    def test_a_later_token_reaches_only_its_own_level1_window(self):
+        model = load(L2, 26)  # C_1 = 3
+        tokens = random_tokens(30, 26)
+        K = 8
+        before = score_recgen(model, tokens, K)
+        for p in (8, 10, 16, 20):  # 0-based positions after the prompt
+            changed = list(tokens)
+            changed[p] = 3 + (tokens[p] - 2) % 61  # another id
+            after = score_recgen(model, changed, K)
+            unit_end = (p // 3 + 1) * 3  # positions p + 1 .. unit_end - 1 share p's window
+            for i in range(1, 30):
+                if i == p:
+                    continue  # its own log-probability is of another token now
+                if p < i < unit_end:
+                    self.assertNotAlmostEqual(after[i], before[i], places=6, msg=f"p={p} i={i}")
+                else:
+                    self.assertAlmostEqual(after[i], before[i], places=12, msg=f"p={p} i={i}")
+
+    def test_needs_a_prompt_and_two_levels(self):
+        with self.assertRaises(ValueError):
+            score_recgen(load(L2, 27), [1, 5, 9], 0)
+        config = photon_config([L3["levels"][0]])
+        config["levels"][0]["dim"] = 16
+        with self.assertRaises(ValueError):
+            score_recgen(load(config, 27), [1, 5, 9], 1)
+
+    def test_command_line_gives_the_same_numbers(self):
+        directory = tempfile.mkdtemp(prefix="photon_ref_test_")
+        config_path, weights_path = write_random_model(directory, L2, 28)
+        tokens = random_tokens(20, 28)
+        out = subprocess.run(
+            [sys.executable, "-m", "photon_ref", "score", "--config", config_path, "--weights",
+             weights_path, "--tokens", ",".join(map(str, tokens)), "--mode", "recgen",
+             "--prompt-tokens", "7"], capture_output=True, text=True, check=True,
+            env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+        expected = score_recgen(load_model(config_path, weights_path), tokens, 7)
+        self.assertEqual(json.loads(out.stdout)["logprobs"], expected)
 
 
 if __name__ == "__main__":

@@ -23,14 +23,14 @@ TEST(Cancel, StopsPrefillBetweenSlicesAndKeepsTheSessionUsable) {
     auto session = photon::Session::create(*model, mode, config.max_seq_len, {});
     session->cancel_requested = true;
     try {
-      session->runner->prefill(*session, prompt);
+      session->runner->prefill(*session, prompt, nullptr);
       ADD_FAILURE() << "a cancelled prefill returned normally";
     } catch (const photon::Error& e) {
       EXPECT_EQ(e.status(), PHOTON_ERR_CANCELLED);
     }
     EXPECT_TRUE(session->history.empty()) << "cancelled before the first slice";
     session->cancel_requested = false;
-    session->runner->prefill(*session, prompt);
+    session->runner->prefill(*session, prompt, nullptr);
     EXPECT_EQ(session->history.size(), prompt.size());
   }
   std::remove(path.c_str());

@@ -91,6 +91,30 @@ TEST_P(EngineTest, HierGenEqualsTeacherForcingAtEveryPromptLength) {
   }
 }
 
+// A repetition penalty changes which token is chosen, not the distribution reported: each
+// logprob is the model's own, i.e. HierGen's teacher-forced score of the sequence it produced.
+TEST_P(EngineTest, PenalizedLogprobsAreTheModelsOwn) {
+  photon_session_options* o = nullptr;
+  ASSERT_EQ(photon_session_options_create(&o), PHOTON_OK);
+  photon_session_options_set_mode(o, PHOTON_MODE_HIERGEN);
+  photon_session_options_set_ignore_eos(o, 1);
+  ASSERT_EQ(photon_session_options_set_repetition_penalty(o, 3.0f, 8), PHOTON_OK);
+  photon_session* s = nullptr;
+  ASSERT_EQ(photon_session_create(model_, o, &s), PHOTON_OK) << photon_last_error();
+  photon_session_options_free(o);
+  const int p = meta_ + 1, n_gen = 2 * meta_ + 3;
+  ASSERT_EQ(photon_session_prefill(s, sequence_.data(), p), PHOTON_OK);
+  Generated g;
+  ASSERT_EQ(photon_session_generate(s, n_gen, collect, &g, nullptr), PHOTON_OK)
+      << photon_last_error();
+  ASSERT_EQ(static_cast<int>(g.tokens.size()), n_gen);
+  std::vector<int32_t> all(sequence_.begin(), sequence_.begin() + p);
+  all.insert(all.end(), g.tokens.begin(), g.tokens.end());
+  const std::vector<float> tf = score(all);
+  for (int i = 0; i < n_gen; ++i) EXPECT_NEAR(g.logprobs[i], tf[p + i], 1e-4) << "step " << i;
+  photon_session_free(s);
+}
+
 TEST_P(EngineTest, RecGenParallelEqualsSequential) {
   if (GetParam() < 2) GTEST_SKIP() << "RecGen needs L >= 2";
   for (int p : {1, meta_ - 1, meta_, meta_ + 2}) {
@@ -104,9 +128,11 @@ TEST_P(EngineTest, RecGenParallelEqualsSequential) {
     for (int i = 0; i < 2 * meta_ + 3; ++i)
       ASSERT_EQ(photon_session_generate(steps, 1, collect, &b, nullptr), PHOTON_OK)
           << photon_last_error();
+    ASSERT_EQ(a.tokens.size(), static_cast<size_t>(2 * meta_ + 3)) << "prompt " << p;
     EXPECT_EQ(a.tokens, b.tokens) << "prompt " << p;
-    for (size_t i = 0; i < a.logprobs.size() && i < b.logprobs.size(); ++i)
-      EXPECT_NEAR(a.logprobs[i], b.logprobs[i], 1e-5);
+    ASSERT_EQ(b.logprobs.size(), a.logprobs.size()) << "prompt " << p;
+    for (size_t i = 0; i < a.logprobs.size(); ++i)
+      EXPECT_NEAR(a.logprobs[i], b.logprobs[i], 1e-5) << "prompt " << p << ", token " << i;
     photon_session_free(whole);
     photon_session_free(steps);
   }
@@ -159,6 +185,28 @@ TEST_P(EngineTest, BudgetCallbackAndContextStops) {
   EXPECT_EQ(photon_session_stop_reason(s), PHOTON_STOP_CONTEXT_FULL);
   EXPECT_EQ(photon_session_position(s), config_.max_seq_len);
   photon_session_free(s);
+}
+
+// Messages of the one-session calls speak of "the session"; a batch's name the session's index.
+TEST_P(EngineTest, EmptySessionMessagesNameTheSession) {
+  photon_session* empty = session(PHOTON_MODE_AUTO, 0.0f, 1);
+  photon_session* ready = session(PHOTON_MODE_AUTO, 0.0f, 1);
+  ASSERT_EQ(photon_session_prefill(ready, sequence_.data(), 3), PHOTON_OK);
+  const std::string advice = " holds no tokens; prefill at least BOS first";
+  EXPECT_EQ(photon_session_generate(empty, 1, nullptr, nullptr, nullptr),
+            PHOTON_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(photon_last_error(), "photon_session_generate: the session" + advice);
+  int32_t token = 0;
+  size_t length = 0;
+  EXPECT_EQ(photon_session_next_token(empty, &token, nullptr, 0, &length, nullptr),
+            PHOTON_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(photon_last_error(), "photon_session_next_token: the session" + advice);
+  photon_session* batch[] = {ready, empty};
+  EXPECT_EQ(photon_session_generate_batch(batch, 2, 1, nullptr, nullptr, nullptr),
+            PHOTON_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(photon_last_error(), "photon_session_generate_batch: session 1" + advice);
+  photon_session_free(ready);
+  photon_session_free(empty);
 }
 
 std::string ModelName(const ::testing::TestParamInfo<int>& param) {

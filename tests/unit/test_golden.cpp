@@ -1,6 +1,7 @@
 // The engine against the golden vectors of the PyTorch reference (tests/golden/<case>/, written by
 // scripts/make-golden): teacher-forced scores, greedy HierGen and RecGen token by token. Uses only
-// the public C API, as an application would.
+// the public C API, as an application would. The long_* cases cross the engine's batching limits
+// (windows per scoring pass, prefill slices, LM-head blocks) for vanilla and L = 1, 2, 3.
 #include <gtest/gtest.h>
 #include <photon.h>
 #include <unistd.h>
@@ -140,7 +141,7 @@ class Golden : public ::testing::TestWithParam<std::string> {
   // Compares the engine's generation with one golden entry: identical ids, logprobs within
   // kTolerance. Stops at the first differing id, after which the two sequences are unrelated.
   void expect_same_generation(const json& entry, photon_mode mode, const std::string& what) {
-    const auto prompt = entry["prompt"].get<std::vector<int32_t>>();
+    const auto prompt = prompt_of(entry);
     const auto tokens = entry["tokens"].get<std::vector<int32_t>>();
     const auto logprobs = entry["logprobs"].get<std::vector<double>>();
     const Generated got = generate(mode, prompt, tokens.size());
@@ -154,9 +155,18 @@ class Golden : public ::testing::TestWithParam<std::string> {
     }
   }
 
+  // A generation's prompt: its own tokens, or (long cases) the first prompt_len scored tokens.
+  std::vector<int32_t> prompt_of(const json& entry) const {
+    if (entry.contains("prompt")) return entry["prompt"].get<std::vector<int32_t>>();
+    const auto scored = golden_["score"]["tokens"].get<std::vector<int32_t>>();
+    const size_t n = entry["prompt_len"].get<size_t>();
+    if (n > scored.size()) throw std::runtime_error("prompt_len exceeds the scored tokens");
+    return std::vector<int32_t>(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(n));
+  }
+
   std::string describe(const char* mode, size_t index, const json& entry) {
     return GetParam() + " " + mode + "[" + std::to_string(index) + "] (prompt length " +
-           std::to_string(entry["prompt"].size()) + ")";
+           std::to_string(prompt_of(entry).size()) + ")";
   }
 
   json golden_;
@@ -213,7 +223,7 @@ TEST_P(Golden, RecGenMatchesReference) {
 // equal its own teacher-forced scores of the same sequence.
 TEST_P(Golden, HierGenStepsEqualTeacherForcing) {
   for (const json& entry : golden_["hiergen"]) {
-    const auto prompt = entry["prompt"].get<std::vector<int32_t>>();
+    const auto prompt = prompt_of(entry);
     const Generated got = generate(PHOTON_MODE_HIERGEN, prompt, entry["tokens"].size());
     std::vector<int32_t> sequence = prompt;
     sequence.insert(sequence.end(), got.tokens.begin(), got.tokens.end());
@@ -236,7 +246,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, Golden, ::testing::ValuesIn(golden_cases()), cas
 TEST(GoldenCases, AllCasesArePresent) {
   const std::vector<std::string> cases = golden_cases();
   for (const char* name : {"block_c4_r2", "photon_l2_concat_linear", "photon_l3_mixed",
-                           "photon_l2_linear", "vanilla_gqa"})
+                           "photon_l2_linear", "vanilla_gqa", "photon_l3_c232", "photon_l3_c224",
+                           "long_vanilla", "long_block_c2", "long_photon_l2", "long_photon_l3"})
     EXPECT_NE(std::find(cases.begin(), cases.end(), name), cases.end()) << name;
 }
 

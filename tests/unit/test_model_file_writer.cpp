@@ -207,34 +207,48 @@ TEST(RandomModel, NarrowDTypesRoundTheF32Values) {
   }
 }
 
-// Opt-in (PHOTON_LARGE_TESTS=1): the paper's largest PHOTON preset in bf16 is a file above 2 GiB,
-// beyond the reach of 32-bit offsets, and must still be written without holding it in memory and
-// load with every tensor in place.
+// The paper's largest PHOTON preset in bf16 is a file above 2 GiB, beyond the reach of 32-bit
+// offsets: it must be written tensor by tensor (never whole in memory) and load with every tensor
+// in place. Each tensor holds its own constant (consecutive bf16 values), so a misplaced one shows;
+// constants rather than random weights keep this at a few seconds (and ~2.5 GB of disk, freed at
+// the end) so that it runs in every suite, CI included.
 TEST(LargeModel, Photon1p2bInBf16) {
-  const char* enabled = std::getenv("PHOTON_LARGE_TESTS");
-  if (enabled == nullptr || std::string(enabled) != "1") GTEST_SKIP() << "set PHOTON_LARGE_TESTS=1";
   ModelConfig config;
   ASSERT_TRUE(find_preset("photon-1.2b", &config));
+  const std::vector<TensorSpec> specs = expected_tensors(config);
+  auto bits_of = [](size_t tensor) { return static_cast<uint16_t>(0x3f80 + tensor); };
+  std::vector<WriteTensor> tensors;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const int64_t n = specs[i].elements();
+    const float value = bf16_to_f32(bits_of(i));
+    tensors.push_back({specs[i].name, specs[i].shape,
+                       [n, value](float* dst) { std::fill(dst, dst + n, value); }});
+  }
   TempDir dir;
   const std::string path = dir.file("photon-1.2b.photon");
   WriteOptions options;
   options.dtype = DType::BF16;
-  write_random_model(path, config, kTokenizer, 0, options);
+  write_model_file(path, config, kTokenizer, tensors, options);
+
   const auto file = ModelFile::open(path);
   EXPECT_GT(file->file_size(), uint64_t{2} << 30);
   EXPECT_EQ(file->file_size(), file->data_offset() + 2 * parameter_count(config));
   uint64_t elements = 0;
-  for (const TensorEntry& t : file->tensors()) elements += t.size / 2;
+  int beyond_2gib = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorEntry* t = file->find(specs[i].name);
+    ASSERT_NE(t, nullptr) << specs[i].name;
+    ASSERT_EQ(t->size, 2 * static_cast<uint64_t>(specs[i].elements())) << t->name;
+    elements += t->size / 2;
+    beyond_2gib += file->data_offset() + t->offset > uint64_t{2} << 30;
+    uint16_t first, last;
+    std::memcpy(&first, t->data, 2);
+    std::memcpy(&last, t->data + t->size - 2, 2);
+    EXPECT_EQ(first, bits_of(i)) << t->name;
+    EXPECT_EQ(last, bits_of(i)) << t->name;
+  }
   EXPECT_EQ(elements, 1229533440u);
-  // The last tensors lie beyond 2 GiB: their bytes must be where the header says.
-  const TensorEntry* norm = file->find("dec.1.norm");
-  ASSERT_NE(norm, nullptr);
-  EXPECT_GT(file->data_offset() + norm->offset, uint64_t{2} << 30);
-  for (float x : tensor_values(*file, "dec.1.norm")) ASSERT_EQ(x, 1.0f);
-  const std::vector<float> head = tensor_values(*file, "lm_head");
-  double sum_sq = 0;
-  for (float x : head) sum_sq += double{x} * x;
-  EXPECT_NEAR(std::sqrt(sum_sq / static_cast<double>(head.size())), 0.02, 0.0005);
+  EXPECT_GT(beyond_2gib, 0);  // the last tensors written
 }
 
 }  // namespace

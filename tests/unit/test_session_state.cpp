@@ -242,8 +242,13 @@ TEST_F(SessionState, BatchAndPullEqualSingleSessions) {
     EXPECT_EQ(counts[i], 25 + i);
     EXPECT_EQ(batched[i].tokens, alone[i].tokens) << "session " << i;
     EXPECT_EQ(pulled[i].tokens, alone[i].tokens) << "session " << i;
-    for (size_t k = 0; k < alone[i].logprobs.size() && k < batched[i].logprobs.size(); ++k)
-      EXPECT_NEAR(batched[i].logprobs[k], alone[i].logprobs[k], 1e-4);
+    ASSERT_EQ(alone[i].logprobs.size(), static_cast<size_t>(25 + i)) << "session " << i;
+    ASSERT_EQ(batched[i].logprobs.size(), alone[i].logprobs.size()) << "session " << i;
+    ASSERT_EQ(pulled[i].logprobs.size(), alone[i].logprobs.size()) << "session " << i;
+    for (size_t k = 0; k < alone[i].logprobs.size(); ++k) {
+      EXPECT_NEAR(batched[i].logprobs[k], alone[i].logprobs[k], 1e-4) << "session " << i;
+      EXPECT_NEAR(pulled[i].logprobs[k], alone[i].logprobs[k], 1e-4) << "session " << i;
+    }
     EXPECT_EQ(photon_session_stop_reason(sessions[i]), PHOTON_STOP_CALLBACK);
     photon_session_free(sessions[i]);
   }

@@ -9,12 +9,15 @@
             print(token.piece, end="")
         state = session.save()                     # bytes; photon.Session.restore(model, state)
 
-Failed calls raise photon.PhotonError (a RuntimeError) with .status and .status_name.
+Failed calls raise photon.PhotonError (a RuntimeError) with .status and .status_name. Loading,
+scoring, prefill, generation, save and restore release the interpreter lock, so sessions on other
+threads run meanwhile; Session.cancel() may be called from any thread.
 """
 
 from .native import Mode, Model, PhotonError, Session, SessionOptions, StopReason, Token
 
 version = Model.version
+__version__ = version()
 
 __all__ = [
     "Mode",

@@ -14,8 +14,11 @@ namespace photon::cpu {
 
 class Sampler {
  public:
-  // Picks the token for `position` from raw logits [vocab] (modified in place). `recent` holds the
-  // history the repetition penalty looks at.
+  // Picks the token for `position` from raw logits [vocab] (modified in place) as include/photon.h
+  // defines it. `recent` holds the history the repetition penalty looks at. The draw
+  // u = sample_uniform(seed, position) takes the first kept token whose cumulative probability
+  // exceeds u, walking the tokens ranked by probability when top-k, top-p or min-p is on, else in
+  // id order (tests/unit/test_sampling.cpp checks exactly this).
   int32_t sample(const SamplerConfig& config, float* logits, int vocab, int64_t position,
                  std::span<const int32_t> recent);
 

@@ -7,6 +7,7 @@ using System.Collections.Generic;
 using System.IO;
 using System.Linq;
 using System.Text;
+using System.Threading;
 using Photon;
 
 static class BindingTest {
@@ -125,6 +126,51 @@ static class BindingTest {
             "false stops one session of the batch: " + string.Join(",", counts));
       counts = Session.GenerateBatch(new[] { first, second }, 2);
       Check(counts.SequenceEqual(new[] { 2, 2 }), "without a callback");
+    }
+  }
+
+  // Teacher forcing gives each token the log-probability that HierGen generation (whose logits
+  // equal teacher forcing) reported for it.
+  static void TestScore(Model model) {
+    using (var hiergen = new SessionOptions().SetMode(Mode.HierGen))
+    using (var session = new Session(model, hiergen)) {
+      session.Prefill(Prompt);
+      int start = session.Position;
+      var generated = new List<Token>();
+      session.Generate(6, token => {
+        generated.Add(token);
+        return true;
+      });
+      float[] logprobs = model.Score(session.History());
+      Check(logprobs.Length == start + 6 && float.IsNaN(logprobs[0]), "Score's shape");
+      for (int i = 0; i < generated.Count; ++i) {
+        Check(Math.Abs(generated[i].Logprob - logprobs[start + i]) < 1e-3,
+              $"score {logprobs[start + i]} vs generation {generated[i].Logprob}");
+      }
+      ExpectError(() => model.Score(new int[0]), "nothing to score", "PHOTON_ERR_INVALID_ARGUMENT");
+    }
+  }
+
+  // Cancel() from another thread stops a Generate, and a second call on the busy session fails
+  // instead of racing.
+  static void TestThreads(Model model) {
+    using (var endless = new SessionOptions().SetIgnoreEos(true))
+    using (var session = new Session(model, endless)) {
+      session.Prefill(Prompt);
+      int budget = model.ContextLength - session.Position;
+      int count = -1;
+      var started = new ManualResetEventSlim();
+      var worker = new Thread(() => count = session.Generate(budget, token => {
+        started.Set();
+        return true;
+      }));
+      worker.Start();
+      started.Wait();
+      ExpectError(() => session.Prefill(new[] { 1 }), "a call while another thread's runs",
+                  "PHOTON_ERR_INVALID_ARGUMENT");
+      while (!worker.Join(10)) session.Cancel();  // each call clears an earlier cancel on entry
+      Check(session.StopReason == StopReason.Cancelled && count >= 1 && count < budget,
+            $"Cancel() from another thread: {session.StopReason} after {count}");
     }
   }
 
@@ -266,6 +312,10 @@ static class BindingTest {
           Console.WriteLine("ok TestCallbackException");
           TestBatch(model);
           Console.WriteLine("ok TestBatch");
+          TestScore(model);
+          Console.WriteLine("ok TestScore");
+          TestThreads(model);
+          Console.WriteLine("ok TestThreads");
           TestErrors(model, modelPath, args[2]);
           Console.WriteLine("ok TestErrors");
           TestSaveRestore(model, args[2]);

@@ -2,6 +2,6 @@ module photon-binding-test
 
 go 1.19
 
-require photon v0.0.0
+require photon.sdk/photon v0.0.0
 
-replace photon => ../../../bindings/go
+replace photon.sdk/photon => ../../../bindings/go

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"photon"
+	"photon.sdk/photon"
 )
 
 const (
@@ -192,6 +192,92 @@ func testBatch(model *photon.Model) {
 	check(err == nil && reflect.DeepEqual(counts, []int{2, 2}), "without a callback: %v", counts)
 }
 
+// testRanges: ints the library's 32-bit parameters cannot hold are errors, never wrapped
+// (1<<32 + 3 is not 3), and a failed call returns no count beside its error.
+func testRanges(model *photon.Model) {
+	session := prompted(model)
+	defer session.Close()
+	start := session.Position()
+	n, err := session.Generate(1<<32+3, nil)
+	check(n == 0 && strings.Contains(expectError(err, "budget over 32 bits",
+		"PHOTON_ERR_INVALID_ARGUMENT").Message, "4294967299"), "1<<32+3 tokens: %d, %v", n, err)
+	n, err = session.Generate(-1, nil)
+	expectError(err, "negative budget", "PHOTON_ERR_INVALID_ARGUMENT")
+	check(n == 0, "a failed Generate returns 0, not %d", n)
+	n, err = session.Generate(-1, func(photon.Token) error { return nil })
+	expectError(err, "negative budget with a callback", "PHOTON_ERR_INVALID_ARGUMENT")
+	check(n == 0, "a failed Generate with a callback returns 0, not %d", n)
+	counts, err := photon.GenerateBatch([]*photon.Session{session}, -1<<40, nil)
+	expectError(err, "batch budget over 32 bits", "PHOTON_ERR_INVALID_ARGUMENT")
+	check(counts == nil, "a failed GenerateBatch returns no counts: %v", counts)
+	for _, options := range []photon.SessionOptions{
+		{ContextLength: 1 << 32}, {TopK: -1<<31 - 1}, {RepetitionPenalty: 1.1, RepetitionLastN: 1 << 40},
+	} {
+		_, err := model.NewSession(&options)
+		expectError(err, fmt.Sprintf("options %+v", options), "PHOTON_ERR_INVALID_ARGUMENT")
+	}
+	check(session.Position() == start, "nothing was generated")
+}
+
+// testScore: teacher forcing gives each token the log-probability that HierGen generation
+// (whose logits equal teacher forcing) reported for it.
+func testScore(model *photon.Model) {
+	session := must(model.NewSession(&photon.SessionOptions{Mode: photon.ModeHierGen}))
+	defer session.Close()
+	check(session.PrefillText(prompt) == nil, "prefill")
+	start := session.Position()
+	var generated []photon.Token
+	_, err := session.Generate(6, func(token photon.Token) error {
+		generated = append(generated, token)
+		return nil
+	})
+	check(err == nil, "generate: %v", err)
+	logprobs := must(model.Score(must(session.History())))
+	check(len(logprobs) == start+6 && logprobs[0] != logprobs[0], "Score's shape: %v", logprobs)
+	for i, token := range generated {
+		diff := float64(token.Logprob - logprobs[start+i])
+		check(diff < 1e-3 && diff > -1e-3, "score %v vs generation %v", logprobs[start+i], token)
+	}
+	_, err = model.Score(nil)
+	expectError(err, "nothing to score", "PHOTON_ERR_INVALID_ARGUMENT")
+}
+
+// testGoroutines: Cancel from another goroutine stops a Generate, and a second call on the busy
+// session fails instead of racing.
+func testGoroutines(model *photon.Model) {
+	session := must(model.NewSession(&photon.SessionOptions{IgnoreEOS: true}))
+	defer session.Close()
+	check(session.PrefillText(prompt) == nil, "prefill")
+	budget := model.ContextLength() - session.Position()
+	started, done := make(chan struct{}), make(chan int)
+	go func() {
+		first := true
+		n, err := session.Generate(budget, func(photon.Token) error {
+			if first {
+				first = false
+				close(started)
+			}
+			return nil
+		})
+		check(err == nil, "generate: %v", err)
+		done <- n
+	}()
+	<-started
+	expectError(session.Prefill([]int32{1}), "a call while another goroutine's runs",
+		"PHOTON_ERR_INVALID_ARGUMENT")
+	var n int
+	for waiting := true; waiting; { // each call clears an earlier cancel on entry: repeat it
+		session.Cancel()
+		select {
+		case n = <-done:
+			waiting = false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	check(session.StopReason() == photon.StopCancelled && n < budget,
+		"Cancel from another goroutine: %v after %d of %d", session.StopReason(), n, budget)
+}
+
 func testErrors(model *photon.Model, modelPath, workdir string) {
 	missing := filepath.Join(workdir, "missing.photon")
 	_, err := photon.Load(missing)
@@ -342,6 +428,9 @@ func main() {
 			{"testCancel", func() { testCancel(model) }},
 			{"testCallbackErrors", func() { testCallbackErrors(model) }},
 			{"testBatch", func() { testBatch(model) }},
+			{"testRanges", func() { testRanges(model) }},
+			{"testScore", func() { testScore(model) }},
+			{"testGoroutines", func() { testGoroutines(model) }},
 			{"testErrors", func() { testErrors(model, modelPath, workdir) }},
 			{"testSaveRestore", func() { testSaveRestore(model, workdir) }},
 			{"testThreads", func() { testThreads(model, modelPath) }},

@@ -15,6 +15,7 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.concurrent.CountDownLatch;
 import java.util.stream.Collectors;
 
 public final class BindingTest {
@@ -154,6 +155,51 @@ public final class BindingTest {
     }
   }
 
+  // Teacher forcing gives each token the log-probability that HierGen generation (whose logits
+  // equal teacher forcing) reported for it.
+  static void testScore(Model model) {
+    try (SessionOptions hiergen = new SessionOptions().setMode(Mode.HIERGEN);
+        Session session = new Session(model, hiergen)) {
+      session.prefill(PROMPT);
+      int start = session.position();
+      List<Token> generated = new ArrayList<>();
+      session.generate(6, token -> generated.add(token));
+      float[] logprobs = model.score(session.history());
+      check(logprobs.length == start + 6 && Float.isNaN(logprobs[0]), "score's shape");
+      for (int i = 0; i < generated.size(); ++i) {
+        check(Math.abs(generated.get(i).logprob() - logprobs[start + i]) < 1e-3,
+            "score " + logprobs[start + i] + " vs generation " + generated.get(i).logprob());
+      }
+      expectError(() -> model.score(new int[0]), "nothing to score", "PHOTON_ERR_INVALID_ARGUMENT");
+    }
+  }
+
+  // cancel() from another thread stops a generate() without callback, and a second call on the
+  // busy session fails instead of racing.
+  static void testThreads(Model model) throws InterruptedException {
+    try (SessionOptions endless = new SessionOptions().setIgnoreEos(true);
+        Session session = new Session(model, endless)) {
+      session.prefill(PROMPT);
+      int budget = model.contextLength() - session.position();
+      int[] count = {-1};
+      CountDownLatch started = new CountDownLatch(1);
+      Thread worker = new Thread(() -> count[0] = session.generate(budget, token -> {
+        started.countDown();
+        return true;
+      }));
+      worker.start();
+      started.await();
+      expectError(() -> session.prefill(new int[] {1}), "a call while another thread's runs",
+          "PHOTON_ERR_INVALID_ARGUMENT");
+      while (worker.isAlive()) { // each call clears an earlier cancel on entry: repeat it
+        session.cancel();
+        worker.join(10);
+      }
+      check(session.stopReason() == StopReason.CANCELLED && count[0] >= 1 && count[0] < budget,
+          "cancel() from another thread: " + session.stopReason() + " after " + count[0]);
+    }
+  }
+
   static void testErrors(Model model, Path modelPath, Path workdir) throws IOException {
     String missing = workdir.resolve("missing.photon").toString();
     PhotonException e = expectError(() -> new Model(missing), "missing file", "PHOTON_ERR_IO");
@@ -277,7 +323,7 @@ public final class BindingTest {
     Files.writeString(Path.of(out), ids + "\n");
   }
 
-  public static void main(String[] args) throws IOException {
+  public static void main(String[] args) throws IOException, InterruptedException {
     String mode = args[0];
     String modelPath = args[1];
     switch (mode) {
@@ -294,6 +340,10 @@ public final class BindingTest {
           System.out.println("ok testCallbackException");
           testBatch(model);
           System.out.println("ok testBatch");
+          testScore(model);
+          System.out.println("ok testScore");
+          testThreads(model);
+          System.out.println("ok testThreads");
           testErrors(model, Path.of(modelPath), workdir);
           System.out.println("ok testErrors");
           testSaveRestore(model, workdir);

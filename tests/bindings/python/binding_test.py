@@ -9,9 +9,14 @@
 Every language binding implements the same modes with the same prompt, sampler and budgets, so
 that the continuations written by save and restore can be compared across languages.
 """
+import ast
 import gc
+import inspect
 import os
+import pathlib
 import sys
+import threading
+import time
 
 import photon
 
@@ -53,7 +58,7 @@ def test_model(model):
     check(model.config["vocab_size"] == model.vocab_size, "config")
     ids = model.tokenize(PROMPT)
     check(ids[0] == model.bos and model.detokenize(ids) == PROMPT, f"tokenize round trip: {ids}")
-    check(photon.version().count(".") == 2, "version")
+    check(photon.version().count(".") == 2 and photon.__version__ == photon.version(), "version")
 
 
 def test_streaming(model):
@@ -149,13 +154,180 @@ def test_errors(model, model_path, workdir):
     expect_error(lambda: session.generate(1), "PHOTON_ERR_INVALID_ARGUMENT", "use after close")
 
 
-def test_threads(model, model_path):
+def test_thread_count(model, model_path):
     with prompted(model) as session:
         expected = [t.id for t in session.tokens(8)]
     with photon.Model(model_path, 1) as single, prompted(single) as session:
         check([t.id for t in session.tokens(8)] == expected, "one thread gives the same tokens")
     expect_error(lambda: photon.Model(model_path, -1), "PHOTON_ERR_INVALID_ARGUMENT",
                  "negative threads")
+
+
+def test_score(model):
+    """score() is teacher forcing: it gives each token the log-probability that HierGen
+    generation (whose logits equal teacher forcing) reported for it."""
+    with photon.Session(model, photon.SessionOptions().set_mode(photon.Mode.HIERGEN)) as session:
+        session.prefill(PROMPT)
+        start = session.position
+        generated = []
+        session.generate(6, generated.append)
+        logprobs = model.score(session.history())
+    check(len(logprobs) == start + 6 and logprobs[0] != logprobs[0], f"score's shape: {logprobs}")
+    for token, scored in zip(generated, logprobs[start:]):
+        check(abs(token.logprob - scored) < 1e-3, f"score {scored} vs generation {token.logprob}")
+    expect_error(lambda: model.score([]), "PHOTON_ERR_INVALID_ARGUMENT", "nothing to score")
+
+
+def test_arguments(model, model_path):
+    """Paths may be os.PathLike, text may be bytes, and anything else gets a plain message."""
+    with photon.Model(pathlib.Path(model_path)) as by_path:
+        check(by_path.vocab_size == model.vocab_size, "a pathlib.Path model path")
+    with prompted(model) as from_text, photon.Session(model, sampling()) as from_bytes:
+        from_bytes.prefill(PROMPT.encode())
+        check(from_bytes.history() == from_text.history(), "a bytes prompt is its UTF-8 text")
+    check(model.tokenize(bytearray(b"In"), add_bos=False) == model.tokenize("In", False),
+          "tokenize takes bytes-like text")
+
+    def expect(exception_type, call, *words):
+        try:
+            call()
+        except exception_type as error:
+            message = str(error)
+            check(message.startswith("photon: ") and all(w in message for w in words),
+                  f"{exception_type.__name__} message: {message}")
+            check("Wrong number or type" not in message and "argument" not in message,
+                  f"a raw SWIG message: {message}")
+            return
+        raise AssertionError(f"no {exception_type.__name__} for {words}")
+
+    with photon.Session(model) as session:
+        expect(TypeError, lambda: photon.Model(42), "path", "int")
+        expect(TypeError, lambda: photon.Session("model.photon"), "model", "str")
+        expect(TypeError, lambda: photon.Session(model, {}), "options", "dict")
+        expect(TypeError, lambda: session.prefill(3.5), "prompt", "float")
+        expect(TypeError, lambda: session.prefill([1, "2"]), "tokens[1]", "str")
+        expect(TypeError, lambda: session.generate("8"), "max_tokens", "str")
+        expect(TypeError, lambda: session.generate(8, on_token=42), "on_token", "callable")
+        expect(TypeError, lambda: model.tokenize(42), "text", "int")
+        expect(TypeError, lambda: photon.SessionOptions().set_temperature("hot"), "temperature")
+        expect(TypeError, lambda: photon.Session.restore(model, "state"), "state", "str")
+        expect(TypeError, lambda: photon.Session.generate_batch([session, 1], 2), "sessions[1]")
+        # Integers the library's 32-bit (64-bit unsigned for the seed) parameters cannot hold are
+        # errors, never wrapped: token 2**32 + 5 is not token 5.
+        expect(OverflowError, lambda: session.prefill([model.bos, 2**32 + 5]), "tokens[1]",
+               str(2**32 + 5))
+        expect(OverflowError, lambda: model.detokenize([-2**31 - 1]), "tokens[0]")
+        expect(OverflowError, lambda: model.score([1, 2**31]), "tokens[1]")
+        expect(OverflowError, lambda: session.generate(2**32 + 3), "max_tokens", str(2**32 + 3))
+        expect(OverflowError, lambda: photon.SessionOptions().set_context_length(2**31),
+               "context_length")
+        expect(OverflowError, lambda: photon.SessionOptions().set_seed(-1), "seed")
+        expect(OverflowError, lambda: photon.SessionOptions().set_seed(2**64), "seed")
+        expect(ValueError, lambda: session.tokens(-1), "max_tokens")
+        check(session.position == 0, "a rejected prefill consumed nothing")
+        photon.SessionOptions().set_seed(2**64 - 1)  # the largest seed is fine
+
+
+def test_threads(model):
+    """Calls release the interpreter lock: while one thread generates without a callback, a
+    second session generates on this thread, and cancel() stops the first. Speed is measured by
+    bench/python_threads.py, not here."""
+    endless = photon.SessionOptions().set_ignore_eos(True)
+    with photon.Session(model, endless) as first, prompted(model) as second:
+        first.prefill(PROMPT)
+        budget = model.context_length - first.position
+        run = {}
+
+        def generate_first():
+            run["start"] = time.monotonic()
+            run["count"] = first.generate(budget)
+            run["end"] = time.monotonic()
+
+        worker = threading.Thread(target=generate_first)
+        worker.start()
+        while "start" not in run:
+            time.sleep(0.001)
+        stamps = []
+        second.generate(20, lambda token: stamps.append(time.monotonic()))
+        check(worker.is_alive(), "the second session waited for the first to finish")
+        # The first session serves one call at a time: a second one fails instead of racing.
+        expect_error(lambda: first.prefill([1]), "PHOTON_ERR_INVALID_ARGUMENT",
+                     "a call while another thread's call runs")
+        expect_error(first.close, "PHOTON_ERR_INVALID_ARGUMENT", "close() while generating")
+        while worker.is_alive():  # each call clears an earlier cancel on entry: repeat it
+            first.cancel()
+            worker.join(0.01)
+        check(first.stop_reason == photon.StopReason.CANCELLED and run["count"] < budget,
+              f"cancel() from another thread: {first.stop_reason!r}, {run['count']} of {budget}")
+        check(first.position == model.context_length - budget + run["count"], "cancelled count")
+        inside = sum(run["start"] < stamp < run["end"] for stamp in stamps)
+        check(len(stamps) == 20 and inside == 20,
+              f"the second session ran while the first generated: {inside} of {len(stamps)}")
+
+        def reenter(token):
+            second.generate(1)
+        expect_error(lambda: second.generate(2, reenter), "PHOTON_ERR_INVALID_ARGUMENT",
+                     "changing the session from its own callback")
+        lengths = []
+        second.generate(2, lambda token: lengths.append(len(second.history())))
+        check(lengths == [second.position - 1, second.position], f"history() in a callback")
+
+
+def stub_signatures(node):
+    """{name: parameter names (with '=' for a default), or 'property'} of a stub class."""
+    members = {}
+    for item in node.body:
+        if isinstance(item, ast.FunctionDef):
+            if any(getattr(d, "id", None) == "property" for d in item.decorator_list):
+                members[item.name] = "property"
+                continue
+            arguments = item.args.posonlyargs + item.args.args
+            defaults = len(item.args.defaults)
+            names = [a.arg + ("=" if i >= len(arguments) - defaults else "")
+                     for i, a in enumerate(arguments)]
+            members[item.name] = [n for n in names if n != "self"]
+        elif isinstance(item, ast.AnnAssign):
+            members[item.target.id] = "field"
+        elif isinstance(item, ast.Assign):
+            members[item.targets[0].id] = "field"
+    return members
+
+
+def runtime_signature(value):
+    if isinstance(value, property):
+        return "property"
+    parameters = inspect.signature(value).parameters.values()
+    return [p.name + ("=" if p.default is not p.empty else "") for p in parameters
+            if p.name != "self"]
+
+
+def test_stubs():
+    """photon/__init__.pyi names the public API exactly, with the same parameters."""
+    stub = ast.parse(pathlib.Path(photon.__file__).with_suffix(".pyi").read_text())
+    classes = {node.name: node for node in stub.body if isinstance(node, ast.ClassDef)}
+    functions = {node.name for node in stub.body if isinstance(node, ast.FunctionDef)}
+    check(set(classes) | functions == set(photon.__all__), f"stub names: {sorted(classes)}")
+    for name, node in classes.items():
+        runtime = getattr(photon, name)
+        stubbed = stub_signatures(node)
+        if issubclass(runtime, Exception):  # PhotonError: its attributes are set per instance
+            check(issubclass(runtime, RuntimeError) and set(stubbed) == {"status", "status_name"},
+                  f"{name}: {sorted(stubbed)}")
+            continue
+        if issubclass(runtime, (int, tuple)):  # the enums and Token: their members
+            fields = [m.name for m in runtime] if issubclass(runtime, int) else runtime._fields
+            check(set(stubbed) == set(fields), f"{name}: {sorted(stubbed)} vs {fields}")
+            continue
+        public = {n for n in dir(runtime) if not n.startswith("_") and n != "thisown"}
+        check(set(stubbed) - {"__init__", "__enter__", "__exit__"} == public,
+              f"{name}: stub {sorted(stubbed)} vs runtime {sorted(public)}")
+        for member, signature in stubbed.items():
+            if member in ("__enter__", "__exit__"):
+                continue
+            actual = runtime_signature(inspect.getattr_static(runtime, member))
+            if isinstance(inspect.getattr_static(runtime, member), staticmethod):
+                actual = runtime_signature(getattr(runtime, member))
+            check(actual == signature, f"{name}.{member}: stub {signature} vs runtime {actual}")
 
 
 def test_save_restore(model, workdir):
@@ -244,15 +416,19 @@ def main(argv):
         os.makedirs(workdir, exist_ok=True)
         with photon.Model(model_path) as model:
             for test in (test_model, test_streaming, test_cancel, test_callback_exception,
-                         test_batch):
+                         test_batch, test_score, test_threads):
                 test(model)
                 print(f"ok {test.__name__}")
+            test_arguments(model, model_path)
+            print("ok test_arguments")
+            test_stubs()
+            print("ok test_stubs")
             test_errors(model, model_path, workdir)
             print("ok test_errors")
             test_save_restore(model, workdir)
             print("ok test_save_restore")
-            test_threads(model, model_path)
-            print("ok test_threads")
+            test_thread_count(model, model_path)
+            print("ok test_thread_count")
     elif mode == "memory":
         test_memory(model_path)
     elif mode == "save":

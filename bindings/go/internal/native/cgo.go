@@ -1,12 +1,11 @@
 // Package native is the SWIG-generated layer (native.swigcxx) under package photon.
 //
-// It links against libphoton from the repository's build/ directory (the Quick start's); set
-// CGO_LDFLAGS (e.g. "-L/path/lib -Wl,-rpath,/path/lib") to use another build, whose flags come
-// first.
+// It builds against the installed PHOTON library found by pkg-config (set PKG_CONFIG_PATH to
+// PREFIX/lib/pkgconfig). At run time the program finds libphoton.so.0 through an rpath
+// (CGO_LDFLAGS="-Wl,-rpath,PREFIX/lib" when building) or LD_LIBRARY_PATH.
 package native
 
-// #cgo CPPFLAGS: -I${SRCDIR}/../../.. -I${SRCDIR}/../../../../include
+// #cgo pkg-config: photon
+// #cgo CPPFLAGS: -I${SRCDIR}
 // #cgo CXXFLAGS: -std=c++17
-// #cgo LDFLAGS: -L${SRCDIR}/../../../../build/lib -lphoton
-// #cgo LDFLAGS: -Wl,-rpath,${SRCDIR}/../../../../build/lib
 import "C"

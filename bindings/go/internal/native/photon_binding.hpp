@@ -1,0 +1,1 @@
+../../../photon_binding.hpp

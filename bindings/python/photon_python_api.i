@@ -1,0 +1,203 @@
+/* photon_python_api.i -- the Pythonic surface of package photon, included by photon_python.i:
+ * enums, Token, properties, context managers, and the methods that check their arguments and
+ * dispatch to the generated ones (photon/__init__.pyi describes the result for editors). */
+
+/* The callback, the pull primitives and the getters are reached through the API below. */
+%rename(_TokenListener) photon::TokenListener;
+%rename(_BatchListener) photon::BatchListener;
+%rename(_SessionVector) std::vector<photon::Session *>;
+%rename(_next_token) photon::Session::next_token;
+%rename(_last_piece) photon::Session::last_piece;
+%rename(_last_logprob) photon::Session::last_logprob;
+%define PHOTON_PYTHON_GETTER(CLASS, GETTER)
+%rename(_ ## GETTER) CLASS::GETTER;
+%enddef
+PHOTON_PYTHON_GETTER(photon::Model, arch)
+PHOTON_PYTHON_GETTER(photon::Model, levels)
+PHOTON_PYTHON_GETTER(photon::Model, parameter_count)
+PHOTON_PYTHON_GETTER(photon::Model, vocab_size)
+PHOTON_PYTHON_GETTER(photon::Model, context_length)
+PHOTON_PYTHON_GETTER(photon::Model, bos)
+PHOTON_PYTHON_GETTER(photon::Model, eos)
+PHOTON_PYTHON_GETTER(photon::Model, config_json)
+PHOTON_PYTHON_GETTER(photon::Model, is_closed)
+PHOTON_PYTHON_GETTER(photon::Session, mode)
+PHOTON_PYTHON_GETTER(photon::Session, stop_reason)
+PHOTON_PYTHON_GETTER(photon::Session, position)
+PHOTON_PYTHON_GETTER(photon::Session, is_closed)
+
+/* Objects passed to the library are checked first, so that a wrong one gets a plain message. */
+%pythonprepend photon::Session::restore %{
+    _require(model, Model, "model")
+%}
+%pythonprepend photon::Session::restore_file %{
+    _require(model, Model, "model")
+%}
+%pythonprepend photon::Session::set_sampler %{
+    _require(options, SessionOptions, "options")
+%}
+%ignore photon::Model::Model(const std::string &);
+%feature("shadow") photon::Model::Model(const std::string &, int) %{
+    def __init__(self, path, threads=0):
+        """Loads the .photon file at path (str, bytes or os.PathLike); threads: the most threads
+        one call computes with (0: every core)."""
+        _native.Model_swiginit(self, _native.new_Model(path, threads))
+%}
+%feature("shadow") photon::Model::tokenize %{
+    def tokenize(self, text, add_bos=True):
+        """Token ids of UTF-8 text (str, or bytes taken as they are), with BOS first when
+        add_bos."""
+        return _native.Model_tokenize(self, text, add_bos)
+%}
+%feature("shadow") photon::Session::Session(const Model &, const SessionOptions &) %{
+    def __init__(self, model, options=None):
+        """Opens a session on model; options (SessionOptions) default to greedy decoding in the
+        model's default mode."""
+        _require(model, Model, "model")
+        options = SessionOptions() if options is None else options
+        _require(options, SessionOptions, "options")
+        _native.Session_swiginit(self, _native.new_Session(model, options))
+%}
+
+%pythoncode %{
+import enum as _enum
+import json as _json
+from typing import NamedTuple as _NamedTuple
+
+PhotonError = _native.PhotonError
+
+
+class Mode(_enum.IntEnum):
+    """How a session decodes (photon_mode)."""
+    AUTO = 0
+    HIERGEN = 1
+    RECGEN = 2
+
+
+class StopReason(_enum.IntEnum):
+    """Why the last generation stopped (photon_stop_reason)."""
+    NONE = 0
+    LENGTH = 1
+    EOS = 2
+    STOP_STRING = 3
+    CALLBACK = 4
+    CANCELLED = 5
+    CONTEXT_FULL = 6
+
+
+class Token(_NamedTuple):
+    """A generated token: id, UTF-8-complete text piece (may be empty while a character is split
+    across tokens) and log p(token) under the model's unmodified distribution."""
+    id: int
+    piece: str
+    logprob: float
+
+
+class _ClosingMixin:
+    """with-statement support: leaving the block closes the object."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+def _require(value, kind, what):
+    if not isinstance(value, kind):
+        raise TypeError(f"photon: {what} must be a photon.{kind.__name__}, "
+                        f"not {type(value).__name__}")
+
+
+def _require_callable(on_token):
+    if not callable(on_token):
+        raise TypeError(f"photon: on_token must be callable, not {type(on_token).__name__}")
+%}
+
+%extend photon::Model {
+%pythoncode %{
+    __enter__ = _ClosingMixin.__enter__
+    __exit__ = _ClosingMixin.__exit__
+    closed = property(_is_closed, doc="True once close() has released the model.")
+    arch = property(_arch, doc='"photon" or "vanilla".')
+    levels = property(_levels, doc="Number of PHOTON levels (0 for vanilla).")
+    parameter_count = property(_parameter_count)
+    vocab_size = property(_vocab_size)
+    context_length = property(_context_length)
+    bos = property(_bos, doc="Id of the BOS token, -1 if none.")
+    eos = property(_eos, doc="Id of the EOS token, -1 if none.")
+    config_json = property(_config_json, doc="The configuration as JSON text.")
+
+    @property
+    def config(self):
+        """The configuration as a dict."""
+        return _json.loads(self._config_json())
+%}
+}
+
+%extend photon::Session {
+%pythoncode %{
+    __enter__ = _ClosingMixin.__enter__
+    __exit__ = _ClosingMixin.__exit__
+    closed = property(_is_closed, doc="True once close() has released the session.")
+    mode = property(_mode, doc="The Mode the session runs in (AUTO resolved).")
+    stop_reason = property(_stop_reason, doc="Why the last generation stopped.")
+    position = property(_position, doc="Number of tokens the session holds.")
+
+    def prefill(self, prompt):
+        """Consumes a prompt: text (str, or bytes taken as UTF-8) is tokenized, with BOS first
+        while the session is empty; a sequence of int is taken as token ids."""
+        if isinstance(prompt, (str, bytes, bytearray, memoryview)):
+            self._prefill_text(prompt)
+        elif hasattr(prompt, "__len__") and hasattr(prompt, "__getitem__"):
+            self._prefill_tokens(prompt)
+        else:
+            raise TypeError("photon: prompt must be str, bytes or a sequence of int token ids, "
+                            f"not {type(prompt).__name__}")
+
+    def generate(self, max_tokens, on_token=None):
+        """Generates up to max_tokens tokens; returns how many were delivered.
+
+        on_token(token) receives each Token; returning False stops generation (any other value,
+        None included, goes on). An exception it raises stops generation and propagates from
+        here. cancel() from another thread stops it too."""
+        if on_token is None:
+            return self._generate_quietly(max_tokens)
+        _require_callable(on_token)
+        return self._generate_with(max_tokens, _CallbackListener(on_token))
+
+    @staticmethod
+    def generate_batch(sessions, max_tokens, on_token=None):
+        """Advances sessions of one model together, each by up to max_tokens tokens, with their
+        matrix products batched; each produces exactly the tokens generate() would have. Returns
+        the list of how many tokens each session delivered.
+
+        on_token(index, token) receives each Token with its session's index in sessions;
+        returning False stops that session. An exception it raises stops them all and
+        propagates from here."""
+        sessions = list(sessions)
+        for index, session in enumerate(sessions):
+            _require(session, Session, f"sessions[{index}]")
+        if on_token is None:
+            return Session._generate_batch_quietly(sessions, max_tokens)
+        _require_callable(on_token)
+        return Session._generate_batch_with(sessions, max_tokens,
+                                            _BatchCallbackListener(on_token))
+
+    def tokens(self, max_tokens):
+        """An iterator over the next tokens (at most max_tokens), each generated when it is asked
+        for."""
+        if not hasattr(max_tokens, "__index__"):
+            raise TypeError(f"photon: max_tokens must be an int, not {type(max_tokens).__name__}")
+        if max_tokens.__index__() < 0:
+            raise ValueError(f"photon: max_tokens must be >= 0, got {max_tokens}")
+        return self._pull(max_tokens.__index__())
+
+    def _pull(self, max_tokens):
+        for _ in range(max_tokens):
+            token_id = self._next_token()
+            if token_id < 0:
+                return
+            yield Token(token_id, self._last_piece(), self._last_logprob())
+%}
+}

@@ -1,0 +1,175 @@
+// f32 -> f16 / bf16 narrowing and the widening back, against tests/data/rounding.tsv: NumPy's
+// float16 and PyTorch's bfloat16 results for a few thousand vectors (ties both ways, subnormals,
+// overflow, infinities, NaN, signed zero, random values across every exponent). The table is
+// written by tests/reference/rounding.py; the ctest reference_rounding_table keeps it up to date.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace photon {
+namespace {
+
+struct Row {
+  uint32_t f32;
+  uint16_t f16;
+  uint32_t f16_widened;
+  uint16_t bf16;
+  uint32_t bf16_widened;
+};
+
+const std::vector<Row>& table() {
+  static const std::vector<Row> rows = [] {
+    const std::string path = std::string(PHOTON_SOURCE_DIR) + "/tests/data/rounding.tsv";
+    std::ifstream in(path);
+    EXPECT_TRUE(in) << "cannot open " << path;
+    std::vector<Row> out;
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      unsigned v[5];
+      if (std::sscanf(line.c_str(), "%x %x %x %x %x", &v[0], &v[1], &v[2], &v[3], &v[4]) != 5) {
+        ADD_FAILURE() << path << ": bad line '" << line << "'";
+        continue;
+      }
+      out.push_back({v[0], static_cast<uint16_t>(v[1]), v[2], static_cast<uint16_t>(v[3]), v[4]});
+    }
+    return out;
+  }();
+  return rows;
+}
+
+float from_bits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint32_t to_bits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
+}
+
+std::string hex(uint32_t value) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%08x", value);
+  return text;
+}
+
+bool f16_is_nan(uint16_t h) {
+  return (h & 0x7c00u) == 0x7c00u && (h & 0x03ffu) != 0;
+}
+
+bool bf16_is_nan(uint16_t h) {
+  return (h & 0x7f80u) == 0x7f80u && (h & 0x007fu) != 0;
+}
+
+// Counts the rows where `got` differs from the table (NaN inputs: where it is not NaN) and
+// reports the first few.
+template <typename Got>
+void expect_rows(const char* what, Got got) {
+  int mismatches = 0;
+  for (const Row& row : table()) {
+    std::string message;
+    if (!got(row, &message)) continue;
+    if (++mismatches <= 10) ADD_FAILURE() << what << ": input " << hex(row.f32) << ": " << message;
+  }
+  EXPECT_EQ(mismatches, 0) << what << ": rows that differ from the table";
+}
+
+TEST(DTypeRounding, TableCoversTheCasesThatMatter) {
+  const std::vector<Row>& rows = table();
+  ASSERT_GT(rows.size(), 3000u);
+  int f16_up = 0, bf16_up = 0, f16_overflow = 0, bf16_overflow = 0, f16_subnormal = 0,
+      bf16_subnormal = 0, nans = 0, negative_zero = 0;
+  for (const Row& row : rows) {
+    const float x = from_bits(row.f32);
+    if (std::isnan(x)) {
+      ++nans;
+      continue;
+    }
+    negative_zero += row.f32 == 0x80000000u;
+    // Rounded away from zero: what truncation never does.
+    f16_up += std::fabs(from_bits(row.f16_widened)) > std::fabs(x);
+    bf16_up += std::fabs(from_bits(row.bf16_widened)) > std::fabs(x);
+    f16_overflow += std::isfinite(x) && (row.f16 & 0x7fffu) == 0x7c00u;
+    bf16_overflow += std::isfinite(x) && (row.bf16 & 0x7fffu) == 0x7f80u;
+    f16_subnormal += (row.f16 & 0x7c00u) == 0 && (row.f16 & 0x03ffu) != 0;
+    bf16_subnormal += (row.bf16 & 0x7f80u) == 0 && (row.bf16 & 0x007fu) != 0;
+  }
+  EXPECT_GE(f16_up, 500);
+  EXPECT_GE(bf16_up, 500);
+  EXPECT_GE(f16_overflow, 10);
+  EXPECT_GE(bf16_overflow, 10);
+  EXPECT_GE(f16_subnormal, 100);
+  EXPECT_GE(bf16_subnormal, 100);
+  EXPECT_GE(nans, 5);
+  EXPECT_EQ(negative_zero, 1);
+}
+
+TEST(DTypeRounding, F32ToF16MatchesNumPy) {
+  expect_rows("f32_to_f16", [](const Row& row, std::string* message) {
+    const uint16_t got = f32_to_f16(from_bits(row.f32));
+    const bool ok = std::isnan(from_bits(row.f32)) ? f16_is_nan(got) : got == row.f16;
+    if (!ok) *message = "got " + hex(got) + ", NumPy " + hex(row.f16);
+    return !ok;
+  });
+}
+
+TEST(DTypeRounding, F32ToBf16MatchesPyTorch) {
+  expect_rows("f32_to_bf16", [](const Row& row, std::string* message) {
+    const uint16_t got = f32_to_bf16(from_bits(row.f32));
+    const bool ok = std::isnan(from_bits(row.f32)) ? bf16_is_nan(got) : got == row.bf16;
+    if (!ok) *message = "got " + hex(got) + ", PyTorch " + hex(row.bf16);
+    return !ok;
+  });
+}
+
+TEST(DTypeRounding, WideningMatchesNumPyAndPyTorch) {
+  expect_rows("f16_to_f32 and bf16_to_f32", [](const Row& row, std::string* message) {
+    const float f16 = f16_to_f32(row.f16), bf16 = bf16_to_f32(row.bf16);
+    const bool ok = (std::isnan(f16) ? std::isnan(from_bits(row.f16_widened))
+                                     : to_bits(f16) == row.f16_widened) &&
+                    (std::isnan(bf16) ? std::isnan(from_bits(row.bf16_widened))
+                                      : to_bits(bf16) == row.bf16_widened);
+    if (!ok)
+      *message = "f16 " + hex(row.f16) + " -> " + hex(to_bits(f16)) + " (NumPy " +
+                 hex(row.f16_widened) + "), bf16 " + hex(row.bf16) + " -> " + hex(to_bits(bf16)) +
+                 " (PyTorch " + hex(row.bf16_widened) + ")";
+    return !ok;
+  });
+}
+
+// The array conversions the model writer and loader use agree with the table too.
+TEST(DTypeRounding, ArrayConversionsMatchTheTable) {
+  const std::vector<Row>& rows = table();
+  std::vector<float> input;
+  for (const Row& row : rows) input.push_back(from_bits(row.f32));
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    std::vector<uint16_t> narrow(rows.size());
+    convert_from_f32(dtype, input.data(), narrow.data(), input.size());
+    std::vector<float> wide(rows.size());
+    convert_to_f32(dtype, narrow.data(), wide.data(), wide.size());
+    int mismatches = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const bool f16 = dtype == DType::F16;
+      const uint32_t want = f16 ? rows[i].f16_widened : rows[i].bf16_widened;
+      const bool ok = std::isnan(input[i]) ? std::isnan(wide[i]) : to_bits(wide[i]) == want;
+      if (!ok && ++mismatches <= 10)
+        ADD_FAILURE() << "input " << hex(rows[i].f32) << ": got " << hex(to_bits(wide[i]))
+                      << ", want " << hex(want);
+    }
+    EXPECT_EQ(mismatches, 0);
+  }
+}
+
+}  // namespace
+}  // namespace photon
