@@ -142,7 +142,8 @@ Record base_record(const char* study, const BenchModel& model, Row row) {
   record["cpu"] = bench::cpu_name();
   record["hardware_threads"] = bench::hardware_threads();
   record["load_average"] = bench::load_average();
-  // The thread budget: --threads, else OMP_NUM_THREADS when set, else every core.
+  // The thread budget: --threads, else every core (null). OMP_NUM_THREADS no longer applies; it
+  // is recorded for runs compared with older ones.
   record["threads"] = model.threads > 0 ? Record(model.threads) : Record();
   const char* omp = std::getenv("OMP_NUM_THREADS");
   record["OMP_NUM_THREADS"] = omp != nullptr ? Record(omp) : Record();
