@@ -190,16 +190,21 @@ class Session;
 // thread cannot free it under the call.
 class Model {
  public:
-  explicit Model(const std::string& path) : Model(path, "cpu") {}
+  explicit Model(const std::string& path) : Model(path, "cpu", 0) {}
   // On a device: "cpu", "cuda", "cuda:N" or "auto" (photon_load_options_set_device).
-  Model(const std::string& path, const std::string& device) {
-    photon_load_options* options = nullptr;
-    detail::check(photon_load_options_create(&options));
-    const std::unique_ptr<photon_load_options, void (*)(photon_load_options*)> owned(
-        options, photon_load_options_free);
-    detail::check(photon_load_options_set_device(options, device.c_str()));
+  Model(const std::string& path, const std::string& device) : Model(path, device, 0) {}
+  // threads: the most CPU threads one call computes with (0: every core); see
+  // photon_load_options_set_threads.
+  Model(const std::string& path, int threads) : Model(path, "cpu", threads) {}
+  Model(const std::string& path, const std::string& device, int threads) {
+    photon_load_options* raw_options = nullptr;
+    detail::check(photon_load_options_create(&raw_options));
+    const std::unique_ptr<photon_load_options, void (*)(photon_load_options*)> options(
+        raw_options, photon_load_options_free);
+    detail::check(photon_load_options_set_device(options.get(), device.c_str()));
+    detail::check(photon_load_options_set_threads(options.get(), threads));
     photon_model* raw = nullptr;
-    detail::check(photon_model_load(path.c_str(), options, &raw));
+    detail::check(photon_model_load(path.c_str(), options.get(), &raw));
     model_.reset(raw, photon_model_free);
   }
   void close() {

@@ -144,7 +144,7 @@ typedef struct photon_load_options photon_load_options;
  * cancel the load (photon_model_load then returns PHOTON_ERR_CANCELLED). */
 typedef int (*photon_progress_callback)(void *user_data, float fraction);
 
-/* Creates load options holding the defaults (no progress callback, device "cpu"). */
+/* Creates load options holding the defaults (no progress callback, device "cpu", threads 0). */
 PHOTON_API photon_status photon_load_options_create(photon_load_options **out);
 /* Frees load options; NULL is accepted. */
 PHOTON_API void photon_load_options_free(photon_load_options *options);
@@ -168,9 +168,25 @@ PHOTON_API photon_status photon_load_options_set_progress(photon_load_options *o
 PHOTON_API photon_status photon_load_options_set_device(photon_load_options *options,
                                                         const char *device);
 
+/* Sets the most CPU threads one call on the model computes with (a GPU model ignores it), the calling
+ * thread included (default
+ * 0: every core the process may run on; more than that counts as that). A call computes on its own
+ * thread and takes up to threads - 1 idle helpers from one pool the SDK starts on first need (cores
+ * - 1 threads, asleep when idle); with 1 it starts none. Every parallel part of the computation
+ * honours it, the BLAS library included: the SDK runs OpenBLAS single-threaded (on the first model
+ * load it sets OpenBLAS to one thread for the whole process) and splits the work itself. Each call
+ * counts the limit on its own: several threads that each use a model (or different models) at once
+ * use up to threads each, so an application that drives its sessions from N threads of its own
+ * gives 1 to use N cores without oversubscribing. A model's results (tokens, log-probabilities,
+ * saved states) are the same for every thread count. OMP_NUM_THREADS and OPENBLAS_NUM_THREADS do not
+ * apply. Fails with PHOTON_ERR_INVALID_ARGUMENT for a negative count. */
+PHOTON_API photon_status photon_load_options_set_threads(photon_load_options *options,
+                                                         int32_t threads);
+
 /* Loads and fully verifies a .photon model file: the FlatBuffers header, every size against the real
- * file length, and the tensor set against the configuration (names, shapes, dtypes). On the CPU, f32
- * weights are memory-mapped and used in place; f16 / bf16 weights are widened to f32 once.
+ * file length, and the tensor set against the configuration (names, shapes, dtypes). Weights are
+ * memory-mapped and, on the CPU, used in place in their stored type (f32, f16 or bf16; arithmetic
+ * in f32), so a loaded model's memory is about its file size.
  * options may be NULL for the defaults. On success *out owns the model; free it with photon_model_free.
  * Fails with PHOTON_ERR_IO, _BAD_IDENTIFIER, _UNSUPPORTED_VERSION, _TRUNCATED, _CORRUPT,
  * _SIZE_OVERFLOW, _TENSOR_BOUNDS, _TENSOR_SHAPE, _TENSOR_SET, _BAD_CONFIG, _TOKENIZER, _CANCELLED or

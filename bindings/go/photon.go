@@ -114,14 +114,20 @@ type Model struct {
 	native native.Model // nil once closed
 }
 
-// Load loads and verifies a .photon model file, to run on the CPU.
-func Load(path string) (*Model, error) { return LoadOn(path, "cpu") }
+// Load loads and verifies a .photon model file, to run on the CPU with every core.
+func Load(path string) (*Model, error) { return load(path, "cpu", 0) }
 
 // LoadOn loads and verifies a .photon model file, to run on a device: "cpu", "cuda", "cuda:N" or
 // "auto" (a GPU when one is usable, else the CPU).
-func LoadOn(path, device string) (*Model, error) {
+func LoadOn(path, device string) (*Model, error) { return load(path, device, 0) }
+
+// LoadWithThreads loads a model that computes on the CPU with at most threads threads per call
+// (0: every core). Goroutines that each drive their own sessions can give 1 to use one core each.
+func LoadWithThreads(path string, threads int) (*Model, error) { return load(path, "cpu", threads) }
+
+func load(path, device string, threads int) (*Model, error) {
 	var loaded native.Model
-	if err := call(func() { loaded = native.NewModel(path, device) }); err != nil {
+	if err := call(func() { loaded = native.NewModel(path, device, threads) }); err != nil {
 		return nil, err
 	}
 	m := &Model{native: loaded}

@@ -37,13 +37,17 @@ PHOTON_PYTHON_GETTER(photon::Session, is_closed)
 %pythonprepend photon::Session::set_sampler %{
     _require(options, SessionOptions, "options")
 %}
-/* One constructor, with the device defaulted here (Model(path) serves the other languages). */
+/* One constructor, with the device and threads defaulted here (the others serve the other
+   languages). */
 %ignore photon::Model::Model(const std::string &);
-%feature("shadow") photon::Model::Model(const std::string &, const std::string &) %{
-    def __init__(self, path, device="cpu"):
+%ignore photon::Model::Model(const std::string &, const std::string &);
+%ignore photon::Model::Model(const std::string &, int);
+%feature("shadow") photon::Model::Model(const std::string &, const std::string &, int) %{
+    def __init__(self, path, device="cpu", threads=0):
         """Loads and verifies a .photon file (str, bytes or os.PathLike), to run on device:
-        "cpu" (the default), "cuda", "cuda:N" or "auto" (a GPU when one is usable)."""
-        _native.Model_swiginit(self, _native.new_Model(path, device))
+        "cpu" (the default), "cuda", "cuda:N" or "auto" (a GPU when one is usable); threads: the
+        most CPU threads one call computes with (0: every core)."""
+        _native.Model_swiginit(self, _native.new_Model(path, device, threads))
 %}
 %feature("shadow") photon::Model::tokenize %{
     def tokenize(self, text, add_bos=True):

@@ -26,6 +26,7 @@ struct photon_load_options {
   photon_progress_callback progress = nullptr;
   void* progress_user = nullptr;
   photon::DeviceChoice device;
+  int32_t threads = 0;
 };
 
 struct photon_session_options {

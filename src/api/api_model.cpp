@@ -54,6 +54,17 @@ photon_status photon_load_options_set_device(photon_load_options* options, const
   });
 }
 
+photon_status photon_load_options_set_threads(photon_load_options* options, int32_t threads) {
+  return guard([&] {
+    require(options, "photon_load_options_set_threads", "options is NULL");
+    if (threads < 0)
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_load_options_set_threads: threads " +
+                                                    std::to_string(threads) +
+                                                    " is negative (0 means every core)");
+    options->threads = threads;
+  });
+}
+
 photon_status photon_model_load(const char* path, const photon_load_options* options,
                                 photon_model** out) {
   return guard([&] {
@@ -65,7 +76,8 @@ photon_status photon_model_load(const char* path, const photon_load_options* opt
     }
     auto handle = std::make_unique<photon_model>();
     handle->model =
-        photon::Model::load(path, progress, options ? options->device : photon::DeviceChoice{});
+        photon::Model::load(path, progress, options ? options->device : photon::DeviceChoice{},
+                            options ? options->threads : 0);
     handle->device = handle->model->backend().name();
     *out = handle.release();
   });

@@ -72,8 +72,9 @@ class Backend {
   // Uninitialized memory (the CPU backs a page only when it is first written, so a KV cache sized
   // for a whole context costs nothing until used). `what` names it in out-of-memory messages.
   virtual std::unique_ptr<Buffer> allocate(size_t bytes, std::string_view what) = 0;
-  // A weight in the backend's compute form, alive as long as the backend: the CPU uses f32 data
-  // in place from the mapping.
+  // A weight in the backend's compute form, alive as long as the backend: the CPU uses matrices in
+  // place from the mapping in their stored type (linear and embed read f32, bf16 and f16) and
+  // widens vectors ([1, n]: norms, biases) to f32.
   virtual Tensor weight(const HostWeight& source, std::string_view name) = 0;
   // Whole-tensor copies between host memory and a tensor (host data in the tensor's dtype).
   virtual void upload(const Tensor& dst, const void* src) = 0;
@@ -86,7 +87,8 @@ class Backend {
   virtual void embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) = 0;
   // y = x / sqrt(mean(x^2) + eps) * w per row; x, y [n, d] (may alias), w [1, d].
   virtual void rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) = 0;
-  // y[n, out] (+)= x[n, in] . w[out, in]^T (+ bias[1, out]); bias may be null.
+  // y[n, out] (+)= x[n, in] . w[out, in]^T (+ bias[1, out]); bias may be null; w as weight()
+  // returned it (any dtype), x and y f32.
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
                       bool accumulate) = 0;
   // table [n, head_dim]: cos(p theta_i) in columns [0, head_dim/2), sin in the rest, for the
@@ -129,7 +131,8 @@ inline Matrix zero_matrix(Backend& backend, int64_t rows, int64_t cols, std::str
   return m;
 }
 
-// The CPU backend, the reference of every other backend.
-std::unique_ptr<Backend> make_cpu_backend();
+// The CPU backend, the reference of every other backend. threads: the most threads one call may
+// compute with, the calling thread included (0: every core the process may run on).
+std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
 
 }  // namespace photon

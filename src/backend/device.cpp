@@ -125,16 +125,16 @@ DeviceChoice parse_device(std::string_view text, std::string_view who) {
   return choice;
 }
 
-std::unique_ptr<Backend> make_backend(const DeviceChoice& choice) {
+std::unique_ptr<Backend> make_backend(const DeviceChoice& choice, int threads) {
   switch (choice.kind) {
-    case DeviceChoice::Kind::Cpu: return make_cpu_backend();
+    case DeviceChoice::Kind::Cpu: return make_cpu_backend(threads);
     case DeviceChoice::Kind::Cuda: return make_cuda_backend(choice);
     case DeviceChoice::Kind::Auto: try { return make_cuda_backend(choice);
       } catch (const Error& e) {
         // No usable GPU (missing, or full): the CPU.
         if (e.status() != PHOTON_ERR_DEVICE && e.status() != PHOTON_ERR_OUT_OF_MEMORY) throw;
       }
-      return make_cpu_backend();
+      return make_cpu_backend(threads);
   }
   fail(PHOTON_ERR_INTERNAL, "make_backend: unknown device kind");
 }

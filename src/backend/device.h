@@ -26,7 +26,8 @@ DeviceChoice parse_device(std::string_view text, std::string_view who);
 // The backend for a choice. Cuda fails with PHOTON_ERR_DEVICE and a message that says what is
 // missing: a CUDA build (no module), the CUDA libraries the module needs, a usable driver, or a
 // device; PHOTON_ERR_OUT_OF_MEMORY when the device cannot hold the backend's own buffers. Auto
-// takes the GPU when it can be had and otherwise the CPU.
-std::unique_ptr<Backend> make_backend(const DeviceChoice& choice);
+// takes the GPU when it can be had and otherwise the CPU. threads is the CPU backend's thread
+// budget (0: the machine's cores).
+std::unique_ptr<Backend> make_backend(const DeviceChoice& choice, int threads = 0);
 
 }  // namespace photon

@@ -101,7 +101,7 @@ Row parse_row(const std::string& text) {
 }
 
 BenchModel open_model(const ModelSource& source, const WriteSettings& settings,
-                      const std::string& device) {
+                      const std::string& device, int32_t threads) {
   BenchModel bench;
   if (source.kind == ModelSource::Kind::File) {
     bench.path = source.value;
@@ -115,7 +115,8 @@ BenchModel open_model(const ModelSource& source, const WriteSettings& settings,
     bench.path =
         write_random_model(bench.name, read_file(source.value, "config"), source.value, settings);
   }
-  bench.model = load_model(bench.path, device);
+  bench.model = load_model(bench.path, device, threads);
+  bench.threads = threads;
   bench.config = nlohmann::json::parse(photon_model_config_json(bench.model.get()));
   bench.parameters = photon_model_parameter_count(bench.model.get());
   bench.arch = photon_model_arch(bench.model.get());

@@ -28,6 +28,7 @@ struct BenchModel {
   std::string arch;       // "photon" or "vanilla"
   int levels = 0;         // PHOTON levels; 0 for vanilla
   std::vector<Row> rows;  // the rows this model can run, in the paper's order
+  int32_t threads = 0;    // --threads (0: the library's default)
 };
 
 // Where a benchmark model comes from and how one with random weights is written.
@@ -40,10 +41,11 @@ struct WriteSettings {
   photon_dtype dtype = PHOTON_DTYPE_F32;
   uint64_t seed = 0;
 };
-// Loads the model onto `device`, first writing it with random weights for a preset or config
-// (reused when a file of the same configuration, dtype and seed is already in settings.dir).
+// Loads the model onto `device` with `threads` (load_model), first writing it with random weights
+// for a preset or config (reused when a file of the same configuration, dtype and seed is already
+// in settings.dir).
 BenchModel open_model(const ModelSource& source, const WriteSettings& settings,
-                      const std::string& device);
+                      const std::string& device, int32_t threads);
 
 // A session of the protocol: the row's mode, `context` tokens of cache allocated up front, EOS
 // ignored, temperature 1 with a fixed seed.

@@ -39,6 +39,7 @@ struct Plan {
   std::vector<int32_t> contexts;
   int32_t decode_tokens = 0;
   int32_t kv_context = 2176;
+  int32_t threads = 0;
 };
 
 Regime parse_regime(const std::string& text) {
@@ -142,11 +143,11 @@ Record base_record(const char* study, const BenchModel& model, Row row) {
   record["cpu"] = bench::cpu_name();
   record["hardware_threads"] = bench::hardware_threads();
   record["load_average"] = bench::load_average();
-  // Thread limits the engine's OpenMP and OpenBLAS follow, when the caller set them.
-  for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
-    const char* value = std::getenv(name);
-    record[name] = value != nullptr ? Record(value) : Record();
-  }
+  // The thread budget: --threads, else every core (null). OMP_NUM_THREADS no longer applies; it
+  // is recorded for runs compared with older ones.
+  record["threads"] = model.threads > 0 ? Record(model.threads) : Record();
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  record["OMP_NUM_THREADS"] = omp != nullptr ? Record(omp) : Record();
   record["sdk_version"] = photon_version();
   return record;
 }
@@ -454,6 +455,7 @@ Plan make_plan(const Args& args) {
     plan.seed = parse_uint64(*seed, "--seed");
     plan.write.seed = plan.seed;
   }
+  plan.threads = parse_threads(args);
   for (const std::string& mode : args.values("mode")) plan.rows.push_back(bench::parse_row(mode));
   for (const std::string& regime : args.values("regime"))
     plan.regimes.push_back(parse_regime(regime));
@@ -498,7 +500,8 @@ int run_bench(const std::vector<std::string>& argv) {
   // clang-format off
   Args args({{"study"}, {"model", 'm'}, {"preset"}, {"config"}, {"model-dir"}, {"dtype"}, {"seed"},
              {"mode"}, {"regime"}, {"batch"}, {"memory-budget"}, {"max-batch"}, {"contexts"},
-             {"decode-tokens"}, {"context"}, {"device"}, {"json"}, {"markdown"}, {"tables-from"}},
+             {"decode-tokens"}, {"context"}, {"device"}, {"threads"}, {"json"}, {"markdown"},
+             {"tables-from"}},
             0);
   // clang-format on
   args.parse(argv);
@@ -518,7 +521,7 @@ int run_bench(const std::vector<std::string>& argv) {
 
   std::vector<BenchModel> models;
   for (const bench::ModelSource& source : plan.sources) {
-    models.push_back(bench::open_model(source, plan.write, device_option(args)));
+    models.push_back(bench::open_model(source, plan.write, device_option(args), plan.threads));
   }
   size_t runs = 0;
   for (const BenchModel& model : models) {
@@ -576,6 +579,7 @@ const Command kBenchCommand = {
     "  --mode MODE           only vanilla, block, hiergen or recgen runs (repeatable)\n"
     "  --device DEV          cpu (default), cuda, cuda:N or auto; on a GPU the memory columns\n"
     "                        count host memory only, and --memory-budget sizes by host memory\n"
+    "  --threads N           compute with at most N threads (default: every core)\n"
     "\n"
     "throughput:\n"
     "  --regime R            pf (2048 prompt / 128 generated), de (128 / 2048) or "

@@ -153,25 +153,16 @@ void print_summary(const photon_model* model, const photon_session* session, con
 constexpr int kInterruptedExitCode = 130;  // the shell's 128 + SIGINT convention
 
 int run_generate(const std::vector<std::string>& argv) {
-  Args args({{"model", 'm'},
-             {"prompt", 'p'},
-             {"tokens"},
-             {"mode"},
-             {"n-predict", 'n'},
-             {"temperature"},
-             {"top-k"},
-             {"top-p"},
-             {"min-p"},
-             {"repeat-penalty"},
-             {"repeat-last-n"},
-             {"seed"},
-             {"stop"},
-             {"ctx"},
-             {"save-session"},
-             {"resume"},
-             {"ignore-eos", 0, false},
-             {"device"},
-             {"json", 0, false}},
+  Args args({{"model", 'm'},     {"prompt", 'p'},
+             {"tokens"},         {"mode"},
+             {"n-predict", 'n'}, {"temperature"},
+             {"top-k"},          {"top-p"},
+             {"min-p"},          {"repeat-penalty"},
+             {"repeat-last-n"},  {"seed"},
+             {"stop"},           {"ctx"},
+             {"save-session"},   {"resume"},
+             {"threads"},        {"ignore-eos", 0, false},
+             {"device"},         {"json", 0, false}},
             0);
   args.parse(argv);
   const bool resume = args.has("resume");
@@ -193,8 +184,9 @@ int run_generate(const std::vector<std::string>& argv) {
   const bool json = args.has("json");
   const SessionOptionsPtr options = session_options(args);
   const std::string path = model_path(args);
+  const int32_t threads = parse_threads(args);
 
-  const ModelPtr model = load_model(path, device_option(args));
+  const ModelPtr model = load_model(path, device_option(args), threads);
   if (args.has("prompt")) prompt = tokenize(model.get(), *args.value("prompt"), !resume);
   if (!resume && prompt.empty()) throw RuntimeFailure("the prompt gives no tokens");
   const int32_t model_context = photon_model_context_length(model.get());
@@ -316,6 +308,7 @@ const Command kGenerateCommand = {
     "  --device DEV         cpu (default), cuda, cuda:N (GPU N) or auto (a GPU when one is\n"
     "                       usable, else the CPU); on a GPU, bf16 weights and the whole --ctx\n"
     "                       in device memory\n"
+    "  --threads N          compute with at most N threads (default: every core)\n"
     "  --save-session FILE  save the session's state at the end (resume it with --resume)\n"
     "  --resume FILE        continue a saved session: its mode, context and sampler settings\n"
     "                       apply, sampling flags given here override them; -p / --tokens add\n"

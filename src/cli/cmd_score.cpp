@@ -24,6 +24,7 @@ int run_score(const std::vector<std::string>& argv) {
              {"mode"},
              {"prompt-tokens"},
              {"device"},
+             {"threads"},
              {"json", 0, false}},
             0);
   args.parse(argv);
@@ -38,10 +39,11 @@ int run_score(const std::vector<std::string>& argv) {
   std::vector<int32_t> tokens;
   if (args.has("tokens")) tokens = parse_token_list(*args.value("tokens"), "--tokens");
   const std::string path = model_path(args);
+  const int32_t threads = parse_threads(args);
   // Read the text before loading the model so that a missing file fails fast.
   const std::string text = args.has("file") ? read_file(*args.value("file"), "text") : "";
 
-  ModelPtr model = load_model(path, device_option(args));
+  ModelPtr model = load_model(path, device_option(args), threads);
   if (args.has("file")) tokens = tokenize(model.get(), text, true);
   if (tokens.empty()) throw RuntimeFailure("nothing to score: the text gives no tokens");
   const int32_t context = photon_model_context_length(model.get());
@@ -105,7 +107,7 @@ int run_score(const std::vector<std::string>& argv) {
 const Command kScoreCommand = {
     "score", "log-probabilities, NLL and perplexity of a text or token ids",
     "usage: photon score -m M.photon (--tokens 1,2,3 | -f text.txt) [--mode MODE]\n"
-    "                    [--prompt-tokens K] [--device DEV] [--json]\n"
+    "                    [--prompt-tokens K] [--device DEV] [--threads N] [--json]\n"
     "\n"
     "Scores a sequence: the log-probability of every token given the ones before it (the first\n"
     "token is not predicted). NLL = -sum of the logprobs; perplexity = exp(NLL / (T - 1)) over T\n"
@@ -121,6 +123,7 @@ const Command kScoreCommand = {
     "  --prompt-tokens K    the prompt's length for --mode recgen (default 1); the logprobs of\n"
     "                       tokens 2..K+1 are teacher forcing's in every mode\n"
     "  --device DEV         cpu (default), cuda, cuda:N or auto (a GPU when one is usable)\n"
+    "  --threads N          compute with at most N threads (default: every core)\n"
     "  --json               one JSON object: tokens, logprobs (null first), nll, perplexity\n",
     run_score};
 

@@ -42,11 +42,20 @@ std::string device_option(const Args& args) {
   return args.value("device").value_or("cpu");
 }
 
-ModelPtr load_model(const std::string& path, const std::string& device) {
+int32_t parse_threads(const Args& args) {
+  const std::optional<std::string> text = args.value("threads");
+  if (!text) return 0;
+  const int32_t threads = parse_int32(*text, "--threads");
+  if (threads < 1) throw UsageError("--threads: must be at least 1, got " + *text);
+  return threads;
+}
+
+ModelPtr load_model(const std::string& path, const std::string& device, int32_t threads) {
   photon_load_options* raw_options = nullptr;
   check(photon_load_options_create(&raw_options), "cannot create load options");
   LoadOptionsPtr options(raw_options);
   check_setting(photon_load_options_set_device(options.get(), device.c_str()), "--device");
+  check_setting(photon_load_options_set_threads(options.get(), threads), "--threads");
   ProgressBar bar("loading");
   check(photon_load_options_set_progress(options.get(), &ProgressBar::callback, &bar),
         "cannot set load progress");

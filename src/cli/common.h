@@ -39,11 +39,15 @@ using LoadOptionsPtr = std::unique_ptr<photon_load_options, PhotonDeleter>;
 
 // The model named by -m / --model, else $PHOTON_MODEL; UsageError when neither is set.
 std::string model_path(const Args& args);
-// Loads a model onto a device ("cpu", "auto", "cuda", "cuda:N": --device), with a progress bar
-// when stderr is a terminal. A device that is not one of those is a UsageError naming --device.
-ModelPtr load_model(const std::string& path, const std::string& device = "cpu");
+// Loads a model onto a device ("cpu", "auto", "cuda", "cuda:N": --device) computing with at most
+// `threads` CPU threads (photon_load_options_set_threads; 0: every core), with a progress bar when
+// stderr is a terminal. A device that is not one of those is a UsageError naming --device.
+ModelPtr load_model(const std::string& path, const std::string& device = "cpu",
+                    int32_t threads = 0);
 // The --device value of a command (default "cpu").
 std::string device_option(const Args& args);
+// --threads N (N >= 1), or 0 (the library's default: every core) when not given.
+int32_t parse_threads(const Args& args);
 
 // The whole content of a file ("-" reads stdin); RuntimeFailure naming `what` and the path.
 std::string read_file(const std::string& path, const std::string& what);

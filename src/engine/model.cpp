@@ -6,7 +6,7 @@
 namespace photon {
 
 std::unique_ptr<Model> Model::load(const std::string& path, const ProgressFn& progress,
-                                   const DeviceChoice& device) {
+                                   const DeviceChoice& device, int threads) {
   std::unique_ptr<Model> m(new Model());
   m->file_ = ModelFile::open(path, progress);
   m->tokenizer_ = std::make_unique<Tokenizer>(m->file_->tokenizer_model(), path);
@@ -16,7 +16,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ProgressFn& pr
                                    " pieces but vocab_size is " +
                                    std::to_string(m->config().vocab_size));
   m->config_json_ = config_to_json(m->config());
-  m->backend_ = make_backend(device);
+  m->backend_ = make_backend(device, threads);
   return m;
 }
 

@@ -16,9 +16,10 @@ struct Weights;
 
 class Model {
  public:
-  // Verifies the file and creates the backend of `device` (backend/device.h).
+  // Verifies the file and creates the backend of `device` (backend/device.h); threads is the CPU
+  // backend's thread budget (photon_load_options_set_threads; 0: the default).
   static std::unique_ptr<Model> load(const std::string& path, const ProgressFn& progress,
-                                     const DeviceChoice& device = {});
+                                     const DeviceChoice& device = {}, int threads = 0);
   ~Model();
 
   const ModelFile& file() const { return *file_; }
@@ -26,8 +27,9 @@ class Model {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const std::string& config_json() const { return config_json_; }
   Backend& backend() const { return *backend_; }
-  // Weights are bound on first use (thread-safe), so that inspecting a multi-GiB f16 file never
-  // converts or uploads it; the CPU uses f32 files in place from the mapping.
+  // Weights are bound on first use (thread-safe), so that inspecting a multi-GiB file never
+  // converts or uploads it; the CPU backend uses them in place from the mapping, in their stored
+  // type.
   const Weights& weights() const;
 
  private:

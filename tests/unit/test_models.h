@@ -7,8 +7,10 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
+#include "core/dtype.h"
 #include "format/model_writer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -57,8 +59,10 @@ inline ModelConfig tiny_vanilla() {
 }
 
 // Writes `config` with deterministic, trained-like random weights to `path`, stored as `dtype`.
+// values_through: the weights are first rounded through this type (so that an f32 file can hold
+// exactly the values of a bf16 or f16 one).
 inline void write_test_model(const ModelConfig& config, const std::string& path, uint64_t seed,
-                             DType dtype = DType::F32) {
+                             DType dtype = DType::F32, DType values_through = DType::F32) {
   std::vector<WriteTensor> tensors;
   uint64_t stream = seed;
   for (const TensorSpec& spec : expected_tensors(config)) {
@@ -87,6 +91,11 @@ inline void write_test_model(const ModelConfig& config, const std::string& path,
              dst[i] = norm   ? 1.0f + 0.1f * u
                       : bias ? 0.1f * u
                              : scale * u * (name == "lm_head" ? 4.0f : 1.0f);
+           }
+           if (values_through != DType::F32) {
+             std::vector<uint16_t> narrow(static_cast<size_t>(n));
+             convert_from_f32(values_through, dst, narrow.data(), narrow.size());
+             convert_to_f32(values_through, narrow.data(), dst, narrow.size());
            }
          }});
   }

@@ -1,10 +1,10 @@
 #include "backend/cpu/attention.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
+
+#include "backend/cpu/parallel.h"
 
 namespace photon::cpu {
 
@@ -56,7 +56,7 @@ void attend_row(const float* q, const float* k, const float* v, int last, int kv
 }  // namespace
 
 void attention(const float* q, int heads, int kv_heads, int head_dim,
-               std::span<const AttentionSegment> segments, float* out) {
+               std::span<const AttentionSegment> segments, float* out, int threads) {
   const int group = heads / kv_heads;
   const int q_stride = heads * head_dim, kv_stride = kv_heads * head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
@@ -71,27 +71,19 @@ void attention(const float* q, int heads, int kv_heads, int head_dim,
   long work = 0;  // multiply-adds, to keep short windows on the calling thread
   for (const AttentionSegment& seg : segments)
     work += static_cast<long>(seg.rows) * (seg.start + (seg.rows + 1) / 2) * heads * head_dim;
-  // One row (a single session decoding) stays on the calling thread however long its context:
-  // split across threads it ran several times slower, its helpers waiting behind OpenBLAS's
-  // spinning workers on a small machine (vanilla-small at 16k context: 150 against 38 ms/token).
-  const bool parallel = work > (1 << 21) && rows.size() > 1;
-  const int threads = parallel ? omp_get_max_threads() : 1;
-  const long tasks = static_cast<long>(rows.size());
-  // Each thread's scores are allocated out here: an exception cannot leave a parallel region.
+  // Rows are the unit of work (one row, a single session decoding, stays on the calling thread
+  // however long its context), so that each row's arithmetic is the same whatever the threads.
+  if (work <= (1 << 21)) threads = 1;
+  // Each thread's scores are allocated out here: the loop's items must not throw.
   const size_t per_thread = static_cast<size_t>(heads) * max_keys;
-  std::vector<float> scores(per_thread * threads);
-#pragma omp parallel if (parallel)
-  {
-    float* thread_scores = scores.data() + static_cast<size_t>(omp_get_thread_num()) * per_thread;
-#pragma omp for schedule(dynamic, 1)
-    for (long t = 0; t < tasks; ++t) {
-      const auto [s, i] = rows[t];
-      const AttentionSegment& seg = segments[s];
-      const long row = seg.row0 + i;
-      attend_row(q + row * q_stride, seg.k, seg.v, seg.start + i, kv_stride, heads, group, head_dim,
-                 scale, thread_scores, out + row * q_stride);
-    }
-  }
+  std::vector<float> scores(per_thread * std::max(1, threads));
+  parallel_for(threads, static_cast<long>(rows.size()), [&](long t, int slot) {
+    const auto [s, i] = rows[t];
+    const AttentionSegment& seg = segments[s];
+    const long row = seg.row0 + i;
+    attend_row(q + row * q_stride, seg.k, seg.v, seg.start + i, kv_stride, heads, group, head_dim,
+               scale, scores.data() + static_cast<size_t>(slot) * per_thread, out + row * q_stride);
+  });
 }
 
 }  // namespace photon::cpu

@@ -17,8 +17,8 @@ struct AttentionSegment {
 };
 
 // q: [n, heads * head_dim]; out: [n, heads * head_dim] (heads concatenated). Query head h reads kv
-// head h / (heads / kv_heads).
+// head h / (heads / kv_heads). At most `threads` threads.
 void attention(const float* q, int heads, int kv_heads, int head_dim,
-               std::span<const AttentionSegment> segments, float* out);
+               std::span<const AttentionSegment> segments, float* out, int threads = 1);
 
 }  // namespace photon::cpu

@@ -12,6 +12,7 @@
 #include "backend/cpu/rope.h"
 #include "backend/cpu/sample.h"
 #include "backend/cpu/swiglu.h"
+#include "backend/cpu/thread_pool.h"
 
 namespace photon::cpu {
 
@@ -55,6 +56,10 @@ int cols_of(const Tensor& t) {
 
 }  // namespace
 
+CpuBackend::CpuBackend(int threads) : threads_(threads > 0 ? threads : available_cores()) {
+  use_blas_single_threaded();
+}
+
 std::unique_ptr<Buffer> CpuBackend::allocate(size_t bytes, std::string_view) {
   return std::make_unique<HostBuffer>(this, bytes);
 }
@@ -62,14 +67,17 @@ std::unique_ptr<Buffer> CpuBackend::allocate(size_t bytes, std::string_view) {
 Tensor CpuBackend::weight(const HostWeight& source, std::string_view) {
   const size_t n = static_cast<size_t>(source.rows) * source.cols;
   std::unique_ptr<Buffer> buffer;
-  if (source.dtype == DType::F32) {
-    buffer = std::make_unique<HostView>(this, source.data, n * sizeof(float));
+  DType dtype = source.dtype;
+  if (dtype == DType::F32 || source.rows > 1) {
+    // Matrices stay in the mapping in their stored type: linear and embed read bf16 and f16.
+    buffer = std::make_unique<HostView>(this, source.data, n * dtype_size(dtype));
   } else {
-    // Widened once into owned memory: the GEMMs read f32.
+    // Vectors (norms, biases, the start latent) are read as f32 activations: widened, tiny.
     buffer = allocate(n * sizeof(float), "weight");
-    convert_to_f32(source.dtype, source.data, static_cast<float*>(buffer->base()), n);
+    convert_to_f32(dtype, source.data, static_cast<float*>(buffer->base()), n);
+    dtype = DType::F32;
   }
-  const Tensor t{buffer.get(), 0, source.rows, source.cols, DType::F32};
+  const Tensor t{buffer.get(), 0, source.rows, source.cols, dtype};
   std::lock_guard<std::mutex> lock(weights_mutex_);
   weights_.push_back(std::move(buffer));
   return t;
@@ -94,14 +102,15 @@ void CpuBackend::embed(const Tensor& table, std::span<const int32_t> ids, const 
 }
 
 void CpuBackend::rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) {
-  cpu::rmsnorm(at(x), at(w), at(y), rows_of(x), cols_of(x), eps);
+  require_f32(w, "rmsnorm");
+  cpu::rmsnorm(at(x), at(w), at(y), rows_of(x), cols_of(x), eps, threads_);
 }
 
 void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
                         bool accumulate) {
-  require_f32(w, "linear");
-  cpu::linear(at(x), rows_of(x), cols_of(x), at(w), rows_of(w), bias ? at(*bias) : nullptr, at(y),
-              accumulate);
+  if (bias) require_f32(*bias, "linear bias");
+  cpu::linear(at(x), rows_of(x), {at<const char>(w), w.dtype, rows_of(w), cols_of(w)},
+              bias ? at(*bias) : nullptr, at(y), accumulate, threads_);
 }
 
 void CpuBackend::rope_table(std::span<const int64_t> positions, int head_dim, float theta,
@@ -110,11 +119,11 @@ void CpuBackend::rope_table(std::span<const int64_t> positions, int head_dim, fl
 }
 
 void CpuBackend::rope(const Tensor& x, int heads, const Tensor& table) {
-  cpu::rope_apply(at(x), rows_of(x), heads, cols_of(x) / heads, at(table));
+  cpu::rope_apply(at(x), rows_of(x), heads, cols_of(x) / heads, at(table), threads_);
 }
 
 void CpuBackend::swiglu(const Tensor& gate, const Tensor& up) {
-  cpu::swiglu(at(gate), at(up), static_cast<size_t>(gate.rows) * gate.cols);
+  cpu::swiglu(at(gate), at(up), static_cast<size_t>(gate.rows) * gate.cols, threads_);
 }
 
 void CpuBackend::kv_append(const Tensor& k, const Tensor& v,
@@ -134,7 +143,7 @@ void CpuBackend::attention(const Tensor& q, const AttentionShape& shape,
   rows.reserve(segments.size());
   for (const photon::AttentionSegment& s : segments)
     rows.push_back({s.row0, s.rows, s.start, at(s.k), at(s.v)});
-  cpu::attention(at(q), shape.heads, shape.kv_heads, shape.head_dim, rows, at(out));
+  cpu::attention(at(q), shape.heads, shape.kv_heads, shape.head_dim, rows, at(out), threads_);
 }
 
 void CpuBackend::sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
@@ -163,8 +172,8 @@ void CpuBackend::logprobs(const Tensor& logits, std::span<const int32_t> targets
 
 namespace photon {
 
-std::unique_ptr<Backend> make_cpu_backend() {
-  return std::make_unique<cpu::CpuBackend>();
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  return std::make_unique<cpu::CpuBackend>(threads);
 }
 
 }  // namespace photon

@@ -1,5 +1,6 @@
-// The CPU backend: host memory, BLAS GEMMs and the op files of this folder, parallel with OpenMP.
-// It is the reference every other backend is tested against.
+// The CPU backend: host memory, the op files of this folder (linear: skinny kernels and BLAS GEMMs),
+// parallel on the process's thread pool within a thread budget of its own. It is the reference every other backend
+// is tested against.
 #pragma once
 
 #include <memory>
@@ -12,6 +13,10 @@ namespace photon::cpu {
 
 class CpuBackend final : public Backend {
  public:
+  // threads: the most threads one call may compute with (the calling thread included); 0 or less
+  // for every core the process may run on.
+  explicit CpuBackend(int threads);
+
   std::string name() const override { return "cpu"; }
 
   std::unique_ptr<Buffer> allocate(size_t bytes, std::string_view what) override;
@@ -38,8 +43,9 @@ class CpuBackend final : public Backend {
   void logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) override;
 
  private:
+  int threads_;
   std::mutex weights_mutex_;
-  std::vector<std::unique_ptr<Buffer>> weights_;  // views of the mapping and widened copies
+  std::vector<std::unique_ptr<Buffer>> weights_;  // views of the mapping, widened vectors
 };
 
 }  // namespace photon::cpu

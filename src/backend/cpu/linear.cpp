@@ -2,32 +2,106 @@
 
 #include <cblas.h>
 
+#include <mutex>
+#include <vector>
+
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/parallel.h"
+#include "backend/cpu/skinny_gemm.h"
+
 namespace photon::cpu {
 
 namespace {
-constexpr int kGemvRows = 4;
+
+// Below this many multiply-adds per thread, waking another thread costs more than it saves.
+constexpr long kMinMacsPerThread = 1L << 18;
+// Outputs per work item of the skinny kernels (a few per thread, handed out dynamically).
+constexpr long kSkinnyChunk = 64;
+// Outputs per BLAS call on the GEMM path.
+constexpr long kGemmChunk = 128;
+
+SkinnyKernel skinny_kernel(DType dtype) {
+  const SkinnyKernels& k = skinny_kernels();
+  return dtype == DType::F32 ? k.f32 : dtype == DType::BF16 ? k.bf16 : k.f16;
+}
+
+void widen(DType dtype, const void* src, float* dst, long n) {
+  if (dtype == DType::BF16)
+    skinny_kernels().widen_bf16(static_cast<const Bf16*>(src), dst, n);
+  else
+    skinny_kernels().widen_f16(static_cast<const F16*>(src), dst, n);
+}
+
+// GEMM of all n rows against weight rows [o0, o1) (one chunk), into columns [o0, o1) of y. 16-bit
+// weights are widened into `scratch` first.
+void gemm_chunk(const float* x, int n, const WeightMatrix& w, long o0, long o1, float beta,
+                float* y, float* scratch) {
+  const long in = w.in;
+  const float* rows = static_cast<const float*>(w.data) + o0 * in;
+  if (w.dtype != DType::F32) {
+    widen(w.dtype, static_cast<const char*>(w.data) + o0 * in * 2, scratch, (o1 - o0) * in);
+    rows = scratch;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, static_cast<int>(o1 - o0), w.in, 1.0f, x,
+              w.in, rows, w.in, beta, y + o0, w.out);
+}
+
+}  // namespace
+
+const SkinnyKernels& skinny_kernels() {
+#if defined(PHOTON_X86_KERNELS)
+  if (cpu_has_avx2()) return kSkinnyAvx2;
+#endif
+  return kSkinnyPortable;
+}
+
+void use_blas_single_threaded() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+void linear(const float* x, int n, const WeightMatrix& w, const float* bias, float* y,
+            bool accumulate, int threads) {
+  if (n <= 0 || w.out <= 0) return;
+  const long out = w.out;
+  const long macs = static_cast<long>(n) * out * w.in;
+  if (n <= kSkinnyRows) {
+    const long chunks = (out + kSkinnyChunk - 1) / kSkinnyChunk;
+    const int t = std::min<long>(threads_for(macs, kMinMacsPerThread, threads), chunks);
+    const SkinnyKernel kernel = skinny_kernel(w.dtype);
+    parallel_for(t, chunks, [&](long c, int) {
+      kernel({x, n, w.in, w.data, static_cast<int>(c * kSkinnyChunk),
+              static_cast<int>(std::min(out, (c + 1) * kSkinnyChunk)), y, w.out, accumulate});
+    });
+  } else {
+    // Fixed chunks of outputs, so that no result depends on how many threads share them (BLAS's
+    // arithmetic differs with the shape of the product it is given). Each thread widens 16-bit
+    // chunks into its own part of the caller's buffer, kept for its next call (allocated here,
+    // outside the parallel region, so that a failure can be thrown).
+    const long chunks = (out + kGemmChunk - 1) / kGemmChunk;
+    const int t = std::min<long>(threads_for(macs, kMinMacsPerThread, threads), chunks);
+    thread_local std::vector<float> scratch;
+    const size_t per_thread = w.dtype == DType::F32 ? 0 : static_cast<size_t>(kGemmChunk) * w.in;
+    scratch.resize(per_thread * t);
+    float* const buffer = scratch.data();  // the workers have thread_local copies of their own
+    const float beta = accumulate ? 1.0f : 0.0f;
+    parallel_for(t, chunks, [&](long c, int thread) {
+      gemm_chunk(x, n, w, c * kGemmChunk, std::min(out, (c + 1) * kGemmChunk), beta, y,
+                 buffer + per_thread * thread);
+    });
+  }
+  if (bias) {
+    for (long r = 0; r < n; ++r) {
+      float* row = y + r * out;
+      for (long o = 0; o < out; ++o) row[o] += bias[o];
+    }
+  }
 }
 
 void linear(const float* x, int n, int in, const float* w, int out, const float* bias, float* y,
             bool accumulate) {
-  if (n <= 0 || out <= 0) return;
-  const float beta = accumulate ? 1.0f : 0.0f;
-  if (n <= kGemvRows) {
-    // Decoding applies each weight matrix to a handful of rows. GEMM would pack all of W for
-    // them (as costly as the product itself); GEMV streams W once per row from cache instead.
-    for (int r = 0; r < n; ++r)
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x + static_cast<long>(r) * in,
-                  1, beta, y + static_cast<long>(r) * out, 1);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, beta, y,
-                out);
-  }
-  if (bias) {
-    for (int r = 0; r < n; ++r) {
-      float* row = y + static_cast<long>(r) * out;
-      for (int o = 0; o < out; ++o) row[o] += bias[o];
-    }
-  }
+  use_blas_single_threaded();
+  linear(x, n, {w, DType::F32, out, in}, bias, y, accumulate, available_cores());
 }
 
 }  // namespace photon::cpu

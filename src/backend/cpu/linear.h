@@ -1,10 +1,35 @@
-// y[n, out] (+)= x[n, in] . W[out, in]^T  -- a linear layer over rows (spec section 2), via BLAS.
+// y[n, out] (+)= x[n, in] . W[out, in]^T (+ bias) -- a linear layer over rows (spec section 2),
+// with W read in its stored type (f32, bf16 or f16) and f32 arithmetic.
 #pragma once
+
+#include "core/dtype.h"
 
 namespace photon::cpu {
 
-// accumulate: y += x W^T instead of y = x W^T. bias (may be null) is added to every row.
+// A weight matrix as it lies in the model file: [out, in], row-major, `dtype` elements.
+struct WeightMatrix {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+  int out = 0;
+  int in = 0;
+};
+
+// Up to kSkinnyRows rows (decoding) run the skinny kernels (skinny_gemm.h), whose results do not
+// depend on the row count or the threads; more rows run BLAS's GEMM, 16-bit weights widened a
+// slice at a time. Either splits the outputs over at most `threads` threads, BLAS itself running
+// single-threaded (use_blas_single_threaded). accumulate: y += x W^T instead of y = x W^T. bias
+// (may be null) is then added to every row.
+constexpr int kSkinnyRows = 32;
+void linear(const float* x, int n, const WeightMatrix& w, const float* bias, float* y,
+            bool accumulate, int threads);
+
+// The same for f32 weights on every core (the reference of other backends' tests).
 void linear(const float* x, int n, int in, const float* w, int out, const float* bias, float* y,
             bool accumulate = false);
+
+// Sets the BLAS library to one thread for the whole process, once: the CPU backend parallelizes
+// over output slices itself, within each model's thread budget, which BLAS's single global thread
+// count could not honour for several models at once.
+void use_blas_single_threaded();
 
 }  // namespace photon::cpu

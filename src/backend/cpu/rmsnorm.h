@@ -3,7 +3,7 @@
 
 namespace photon::cpu {
 
-// x, y: [n, d] (may alias); w: [d].
-void rmsnorm(const float* x, const float* w, float* y, int n, int d, float eps);
+// x, y: [n, d] (may alias); w: [d]. At most `threads` threads.
+void rmsnorm(const float* x, const float* w, float* y, int n, int d, float eps, int threads = 1);
 
 }  // namespace photon::cpu

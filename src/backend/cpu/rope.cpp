@@ -3,6 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/parallel.h"
+
 namespace photon::cpu {
 
 void rope_table(const int64_t* positions, int n, int head_dim, float theta, float* table) {
@@ -21,23 +23,25 @@ void rope_table(const int64_t* positions, int n, int head_dim, float theta, floa
   }
 }
 
-void rope_apply(float* x, int n, int heads, int head_dim, const float* table) {
+void rope_apply(float* x, int n, int heads, int head_dim, const float* table, int threads) {
   const int half = head_dim / 2;
   const float* cos = table;
   const float* sin = table + static_cast<size_t>(n) * half;
-#pragma omp parallel for if (static_cast <long>(n) * heads * head_dim > (1 << 18))
-  for (int r = 0; r < n; ++r) {
-    const float* c = cos + static_cast<size_t>(r) * half;
-    const float* s = sin + static_cast<size_t>(r) * half;
-    for (int h = 0; h < heads; ++h) {
-      float* v = x + (static_cast<long>(r) * heads + h) * head_dim;
-      for (int i = 0; i < half; ++i) {
-        const float a = v[i], b = v[i + half];
-        v[i] = a * c[i] - b * s[i];
-        v[i + half] = b * c[i] + a * s[i];
-      }
-    }
-  }
+  parallel_rows(threads, n, static_cast<long>(heads) * head_dim, 1L << 17,
+                [&](long first, long end) {
+                  for (long r = first; r < end; ++r) {
+                    const float* c = cos + r * half;
+                    const float* s = sin + r * half;
+                    for (int h = 0; h < heads; ++h) {
+                      float* v = x + (r * heads + h) * head_dim;
+                      for (int i = 0; i < half; ++i) {
+                        const float a = v[i], b = v[i + half];
+                        v[i] = a * c[i] - b * s[i];
+                        v[i + half] = b * c[i] + a * s[i];
+                      }
+                    }
+                  }
+                });
 }
 
 }  // namespace photon::cpu

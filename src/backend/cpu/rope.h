@@ -10,7 +10,8 @@ namespace photon::cpu {
 // angles exact; built once per stack call and shared by its layers.
 void rope_table(const int64_t* positions, int n, int head_dim, float theta, float* table);
 
-// x: [n, heads * head_dim]; rotates every head of row r with the table's row r.
-void rope_apply(float* x, int n, int heads, int head_dim, const float* table);
+// x: [n, heads * head_dim]; rotates every head of row r with the table's row r, on at most
+// `threads` threads.
+void rope_apply(float* x, int n, int heads, int head_dim, const float* table, int threads = 1);
 
 }  // namespace photon::cpu

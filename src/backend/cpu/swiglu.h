@@ -5,7 +5,7 @@
 
 namespace photon::cpu {
 
-// gate, up: [n] ; gate is overwritten with the product.
-void swiglu(float* gate, const float* up, size_t n);
+// gate, up: [n] ; gate is overwritten with the product. At most `threads` threads.
+void swiglu(float* gate, const float* up, size_t n, int threads = 1);
 
 }  // namespace photon::cpu

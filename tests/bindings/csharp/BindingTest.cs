@@ -284,6 +284,17 @@ static class BindingTest {
     Check(disposed - baseline < DisposedBoundMb && late - baseline < LateBoundMb, "memory grows");
   }
 
+  static void TestThreads(Model model, string modelPath) {
+    int[] expected;
+    using (var session = Prompted(model)) expected = session.Tokens(8).Select(t => t.Id).ToArray();
+    using (var single = new Model(modelPath, 1))
+    using (var session = Prompted(single)) {
+      int[] got = session.Tokens(8).Select(t => t.Id).ToArray();
+      Check(got.SequenceEqual(expected), "one thread gives the same tokens");
+    }
+    ExpectError(() => new Model(modelPath, -1), "negative threads", "PHOTON_ERR_INVALID_ARGUMENT");
+  }
+
   static void WriteContinuation(Session session, string output) {
     File.WriteAllText(output, string.Join(" ", session.Tokens(8).Select(t => t.Id)) + "\n");
   }
@@ -312,6 +323,8 @@ static class BindingTest {
           Console.WriteLine("ok TestErrors");
           TestSaveRestore(model, args[2]);
           Console.WriteLine("ok TestSaveRestore");
+          TestThreads(model, modelPath);
+          Console.WriteLine("ok TestThreads");
         }
         break;
       case "memory":

@@ -392,6 +392,21 @@ func testMemory(modelPath string) {
 	check(closed-baseline < closedBoundMB && late-baseline < lateBoundMB, "memory grows")
 }
 
+func testThreads(model *photon.Model, modelPath string) {
+	session := prompted(model)
+	expected := ids(pull(session, 8))
+	session.Close()
+	single := must(photon.LoadWithThreads(modelPath, 1))
+	defer single.Close()
+	session = prompted(single)
+	defer session.Close()
+	got := ids(pull(session, 8))
+	check(fmt.Sprint(got) == fmt.Sprint(expected), "one thread gives the same tokens: %v %v", got,
+		expected)
+	_, err := photon.LoadWithThreads(modelPath, -1)
+	expectError(err, "negative threads", "PHOTON_ERR_INVALID_ARGUMENT")
+}
+
 func writeContinuation(session *photon.Session, out string) {
 	var text []string
 	for _, id := range ids(pull(session, 8)) {
@@ -422,6 +437,7 @@ func main() {
 			{"testGoroutines", func() { testGoroutines(model) }},
 			{"testErrors", func() { testErrors(model, modelPath, workdir) }},
 			{"testSaveRestore", func() { testSaveRestore(model, workdir) }},
+			{"testThreads", func() { testThreads(model, modelPath) }},
 		} {
 			test.run()
 			fmt.Println("ok", test.name)

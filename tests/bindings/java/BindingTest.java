@@ -309,6 +309,18 @@ public final class BindingTest {
     check(closed - baseline < CLOSED_BOUND_MB && late - baseline < LATE_BOUND_MB, "memory grows");
   }
 
+  static void testThreads(Model model, String modelPath) {
+    List<Integer> expected;
+    try (Session session = prompted(model)) {
+      expected = session.stream(8).map(Token::id).collect(Collectors.toList());
+    }
+    try (Model single = new Model(modelPath, 1); Session session = prompted(single)) {
+      List<Integer> got = session.stream(8).map(Token::id).collect(Collectors.toList());
+      check(got.equals(expected), "one thread gives the same tokens: " + got + " " + expected);
+    }
+    expectError(() -> new Model(modelPath, -1), "negative threads", "PHOTON_ERR_INVALID_ARGUMENT");
+  }
+
   static void writeContinuation(Session session, String out) throws IOException {
     String ids = session.stream(8).map(t -> Integer.toString(t.id()))
         .collect(Collectors.joining(" "));
@@ -340,6 +352,8 @@ public final class BindingTest {
           System.out.println("ok testErrors");
           testSaveRestore(model, workdir);
           System.out.println("ok testSaveRestore");
+          testThreads(model, modelPath);
+          System.out.println("ok testThreads");
         }
       }
       case "memory" -> testMemory(modelPath);

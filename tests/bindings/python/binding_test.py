@@ -154,6 +154,15 @@ def test_errors(model, model_path, workdir):
     expect_error(lambda: session.generate(1), "PHOTON_ERR_INVALID_ARGUMENT", "use after close")
 
 
+def test_thread_count(model, model_path):
+    with prompted(model) as session:
+        expected = [t.id for t in session.tokens(8)]
+    with photon.Model(model_path, threads=1) as single, prompted(single) as session:
+        check([t.id for t in session.tokens(8)] == expected, "one thread gives the same tokens")
+    expect_error(lambda: photon.Model(model_path, threads=-1), "PHOTON_ERR_INVALID_ARGUMENT",
+                 "negative threads")
+
+
 def test_score(model):
     """score() is teacher forcing: it gives each token the log-probability that HierGen
     generation (whose logits equal teacher forcing) reported for it."""
@@ -423,6 +432,8 @@ def main(argv):
             print("ok test_errors")
             test_save_restore(model, workdir)
             print("ok test_save_restore")
+            test_thread_count(model, model_path)
+            print("ok test_thread_count")
     elif mode == "memory":
         test_memory(model_path)
     elif mode == "save":

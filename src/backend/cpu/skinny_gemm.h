@@ -1,0 +1,59 @@
+// Products of a few activation rows with a weight matrix read in its stored type (decoding: one
+// row per session): y[r, o] = sum_k x[r, k] w[o, k]. Each tile of weight rows is read once for all
+// the activation rows and widened in registers, so a bf16 model is never copied to f32 and the
+// weights stream through the cache once per call instead of once per row (GEMV) or being packed
+// whole (GEMM).
+//
+// The order of the arithmetic is fixed, so that a result does not depend on the number of rows,
+// the range of outputs a thread computes or the tile that computed it: for each (r, o), 16 partial
+// sums s[l] += x[r, k] w[o, k] over k = 16 i + l for every whole group of 16 columns (ascending),
+// then the tree ((s[l] + s[l + 8]), then + 4, + 2, + 1) down to one sum, then the remaining columns
+// one at a time. The vector kernels fuse each multiply-add; the portable one need not, so the two
+// agree to within f32 rounding.
+//
+// This header is included by the kernel files compiled for wider instruction sets: it must not
+// bring in inline code that other files share (see skinny_gemm_avx2.cpp).
+#pragma once
+
+#include <cstdint>
+
+namespace photon::cpu {
+
+// Storage types of weight elements, distinct so that the kernels overload on them.
+struct Bf16 {
+  uint16_t bits;
+};
+struct F16 {
+  uint16_t bits;
+};
+
+struct SkinnyArgs {
+  const float* x = nullptr;  // [n, in]
+  int n = 0;
+  int in = 0;
+  const void* w = nullptr;  // [out, in] of the kernel's storage type
+  int o0 = 0, o1 = 0;       // the outputs to compute
+  float* y = nullptr;       // row r at y + r * ldy
+  int ldy = 0;
+  bool accumulate = false;  // y += product instead of y = product
+};
+
+using SkinnyKernel = void (*)(const SkinnyArgs&);
+
+// The kernels of one instruction set: the skinny products per weight type, and the exact widening
+// of n 16-bit values to f32 (for the GEMM path).
+struct SkinnyKernels {
+  SkinnyKernel f32, bf16, f16;
+  void (*widen_bf16)(const Bf16* src, float* dst, long n);
+  void (*widen_f16)(const F16* src, float* dst, long n);
+};
+
+// Plain C++ (any CPU).
+extern const SkinnyKernels kSkinnyPortable;
+// AVX2 + FMA + F16C; only on x86-64 builds (PHOTON_X86_KERNELS), only where cpu_has_avx2() says.
+extern const SkinnyKernels kSkinnyAvx2;
+
+// The widest of the above this CPU runs (defined in linear.cpp).
+const SkinnyKernels& skinny_kernels();
+
+}  // namespace photon::cpu

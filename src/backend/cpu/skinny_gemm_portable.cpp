@@ -1,0 +1,61 @@
+// The skinny kernels in plain C++: the fallback of CPUs without the vector kernels' instruction
+// sets. Sixteen-lane arrays, which compilers turn into whatever vectors the target has.
+#include <cstring>
+
+#include "backend/cpu/skinny_gemm_tiles.h"
+#include "core/dtype.h"
+
+namespace photon::cpu {
+
+namespace {
+
+struct Portable {
+  static constexpr int kLanes = 16;
+  struct Vec {
+    float v[16];
+  };
+
+  static Vec zero() { return Vec{}; }
+  static Vec load(const float* p) {
+    Vec r;
+    std::memcpy(r.v, p, sizeof r.v);
+    return r;
+  }
+  static Vec load(const Bf16* p) {
+    Vec r;
+    for (int l = 0; l < 16; ++l) r.v[l] = scalar(p + l);
+    return r;
+  }
+  static Vec load(const F16* p) {
+    Vec r;
+    for (int l = 0; l < 16; ++l) r.v[l] = scalar(p + l);
+    return r;
+  }
+  static Vec fma(const Vec& a, const Vec& b, Vec c) {
+    for (int l = 0; l < 16; ++l) c.v[l] = a.v[l] * b.v[l] + c.v[l];
+    return c;
+  }
+  static float sum(const Vec* parts) {
+    float s[16];
+    std::memcpy(s, parts[0].v, sizeof s);
+    for (int half = 8; half >= 1; half /= 2)
+      for (int l = 0; l < half; ++l) s[l] = s[l] + s[l + half];
+    return s[0];
+  }
+  static float scalar(const float* p) { return *p; }
+  static float scalar(const Bf16* p) { return bf16_to_f32(p->bits); }
+  static float scalar(const F16* p) { return f16_to_f32(p->bits); }
+  static float fma1(float a, float b, float c) { return a * b + c; }
+};
+
+template <class W>
+void widen(const W* src, float* dst, long n) {
+  for (long i = 0; i < n; ++i) dst[i] = Portable::scalar(src + i);
+}
+
+}  // namespace
+
+const SkinnyKernels kSkinnyPortable = {skinny<Portable, float>, skinny<Portable, Bf16>,
+                                       skinny<Portable, F16>, widen<Bf16>, widen<F16>};
+
+}  // namespace photon::cpu

@@ -1,0 +1,95 @@
+// The loops of skinny_gemm.h, written once over an instruction set's vector traits V:
+//   V::kLanes                   floats per vector (16 / kLanes vectors hold the 16 partial sums)
+//   V::Vec                      one vector
+//   V::zero(), V::load(p)       p: const float*, const Bf16* or const F16* (widened to f32)
+//   V::fma(a, b, c)             a * b + c per lane
+//   V::sum(parts)               the 16 partial sums of parts[0 .. 16 / kLanes) by the fixed tree
+//   V::scalar(p), V::fma1(a, b, c)   one element widened; one multiply-add
+// Each kernel file includes this with its own traits, in an anonymous namespace.
+#pragma once
+
+#include <type_traits>
+
+#include "backend/cpu/skinny_gemm.h"
+
+namespace photon::cpu {
+namespace {
+
+// next: when not null, where this tile fetches the weight rows of the next outputs into the cache
+// while it computes, `spread` times slower than it walks its own (each of the `spread` tiles of a
+// block fetches its share): the hardware prefetcher alone leaves the multiply-adds waiting for
+// memory when several rows share each weight load.
+template <class V, class W, int RB, int WB>
+inline void skinny_tile(const float* x, int in, const W* w, float* y, int ldy, bool accumulate,
+                        const W* next, int spread) {
+  constexpr int P = 16 / V::kLanes;
+  typename V::Vec acc[RB][WB][P];
+  for (int i = 0; i < RB; ++i)
+    for (int j = 0; j < WB; ++j)
+      for (int p = 0; p < P; ++p) acc[i][j][p] = V::zero();
+  const int whole = in - in % 16;
+  for (int k = 0; k < whole; k += 16) {
+    if (next)
+      for (int j = 0; j < WB; ++j)
+        __builtin_prefetch(next + static_cast<long>(j) * in + k / spread);
+    for (int p = 0; p < P; ++p) {
+      const int at = k + p * V::kLanes;
+      typename V::Vec wv[WB];
+      for (int j = 0; j < WB; ++j) wv[j] = V::load(w + static_cast<long>(j) * in + at);
+      for (int i = 0; i < RB; ++i) {
+        const typename V::Vec xv = V::load(x + static_cast<long>(i) * in + at);
+        for (int j = 0; j < WB; ++j) acc[i][j][p] = V::fma(xv, wv[j], acc[i][j][p]);
+      }
+    }
+  }
+  for (int i = 0; i < RB; ++i) {
+    for (int j = 0; j < WB; ++j) {
+      float s = V::sum(acc[i][j]);
+      for (int k = whole; k < in; ++k)
+        s = V::fma1(x[static_cast<long>(i) * in + k], V::scalar(w + static_cast<long>(j) * in + k),
+                    s);
+      float& out = y[static_cast<long>(i) * ldy + j];
+      out = accumulate ? out + s : s;
+    }
+  }
+}
+
+// All rows against outputs [o, o + WB): three rows at a time (with two partial-sum vectors each on
+// AVX2, 3 x WB x 2 accumulators and WB weight vectors fill the 16 registers at WB = 2), then the rest.
+template <class V, class W, int WB>
+inline void skinny_outputs(const SkinnyArgs& a, const W* w, int o) {
+  const W* wo = w + static_cast<long>(o) * a.in;
+  const W* next = o + 2 * WB <= a.o1 ? wo + static_cast<long>(WB) * a.in : nullptr;
+  const int tiles = (a.n + 2) / 3;
+  auto tile = [&](auto rows, int r) {
+    const W* fetch = next ? next + static_cast<long>(r / 3) * a.in / tiles : nullptr;
+    skinny_tile<V, W, decltype(rows)::value, WB>(a.x + static_cast<long>(r) * a.in, a.in, wo,
+                                                 a.y + static_cast<long>(r) * a.ldy + o, a.ldy,
+                                                 a.accumulate, fetch, tiles);
+  };
+  int r = 0;
+  for (; r + 3 <= a.n; r += 3) tile(std::integral_constant<int, 3>{}, r);
+  if (a.n - r == 2) tile(std::integral_constant<int, 2>{}, r);
+  if (a.n - r == 1) tile(std::integral_constant<int, 1>{}, r);
+}
+
+template <class V, class W, int WB>
+inline void skinny_range(const SkinnyArgs& a, const W* w) {
+  int o = a.o0;
+  for (; o + WB <= a.o1; o += WB) skinny_outputs<V, W, WB>(a, w, o);
+  for (; o < a.o1; ++o) skinny_outputs<V, W, 1>(a, w, o);
+}
+
+template <class V, class W>
+void skinny(const SkinnyArgs& a) {
+  const W* w = static_cast<const W*>(a.w);
+  // One row (a single session decoding) reads each weight once: four outputs at a time keep eight
+  // independent sums in flight.
+  if (a.n == 1)
+    skinny_range<V, W, 4>(a, w);
+  else
+    skinny_range<V, W, 2>(a, w);
+}
+
+}  // namespace
+}  // namespace photon::cpu

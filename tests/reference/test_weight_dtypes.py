@@ -1,0 +1,120 @@
+#!/usr/bin/python3
+"""Models stored in f32, f16 and bf16 against the PyTorch float64 reference (python/photon_ref).
+
+For a vanilla and a two-level PHOTON model (fixed seeds): `photon convert --dtype D` of float32
+weights, then `photon score --json` of a short sequence (few rows: the skinny kernels) and of a
+long one (many rows: the GEMM path), and greedy `photon generate --json` (one row per step), each
+compared with photon_ref run on the same weights rounded to D (NumPy's float16, PyTorch's
+bfloat16: what photon convert stores, see test_convert_rounding.py) within 1e-4, token ids
+exactly. The engine computes 16-bit weights in place with f32 arithmetic, so only the arithmetic
+may differ. Then the scores of each 16-bit dtype against the reference on the unrounded f32
+weights, in units u of the weights' relative rounding (2^-12 f16, 2^-9 bf16): the median within
+64 u and the worst within 512 u (measured: medians 10 to 25 u; the worst 48 to 64 u for vanilla,
+up to 422 u for the PHOTON model, where the reference itself moves as much when its weights are
+rounded, and f16's subnormal small weights lose more than u), and f16's median closer than
+bf16's, as rounding predicts.
+
+    /usr/bin/python3 tests/reference/test_weight_dtypes.py --photon build/bin/photon --work-dir /tmp/w
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+from compare_engine import (ROOT, Mismatch, check_generation, compare_logprobs, level,
+                            photon_config, run, stack, vanilla)
+from rounding import to_bf16, to_f16
+
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from photon_ref import load_model, score  # noqa: E402
+from photon_ref.random_weights import write_random_model  # noqa: E402
+
+# Widths that are not multiples of the kernels' vectors (8 or 16 lanes) or tiles, so that the
+# tails are computed too.
+MODELS = {
+    "dtypes_vanilla": (9101, vanilla(72, 2, 4, 2, 18, 200, 512, 512, 1e-5, 10000.0)),
+    "dtypes_photon_l2": (9102, photon_config([
+        level(4, "concat", 32, 2, stack(1, 4, 2, 10, 104), stack(2, 6, 3, 6, 88)),
+        level(2, "linear", 48, 1, stack(2, 2, 1, 24, 72), stack(1, 4, 4, 12, 56))],
+        embed_dim=8, token_dim=24, vocab=512, max_seq_len=512, theta=500.0)),
+}
+UNIT = {"f16": 2.0**-12, "bf16": 2.0**-9}
+ROUND = {"f32": lambda w: w, "f16": lambda w: to_f16(w)[1], "bf16": lambda w: to_bf16(w)[1]}
+MEDIAN_UNITS, WORST_UNITS = 64, 512
+SHORT, LONG, GENERATE = 20, 150, 12
+
+
+def engine_score(photon, model_path, tokens):
+    return json.loads(run([photon, "score", "-m", model_path, "--tokens",
+                           ",".join(map(str, tokens)), "--json"]))["logprobs"]
+
+
+def differences(engine, reference):
+    return [abs(e - r) for e, r in zip(engine[1:], reference[1:])]
+
+
+def check_model(photon, work_dir, name, seed, config_json):
+    directory = os.path.join(work_dir, name)
+    config_path, weights_path = write_random_model(directory, config_json, seed)
+    rng = np.random.default_rng(seed)
+    vocab = config_json["vocab_size"]
+    tokens = [1] + [int(t) for t in rng.integers(3, vocab, size=LONG - 1)]
+    sequences = {"short": tokens[:SHORT], "long": tokens}
+    exact = load_model(config_path, weights_path)
+    exact_scores = {what: score(exact, seq) for what, seq in sequences.items()}
+    drift = {}
+    with np.load(weights_path) as npz:
+        f32_weights = {k: npz[k] for k in npz.files}
+    for dtype in ("f32", "f16", "bf16"):
+        model_path = os.path.join(directory, f"model-{dtype}.photon")
+        run([photon, "convert", "--config", config_path, "--weights", weights_path, "--tokenizer",
+             os.path.join(ROOT, "tests", "data", "tiny.model"), "--dtype", dtype, "-o",
+             model_path])
+        rounded_path = os.path.join(directory, f"weights-{dtype}.npz")
+        np.savez(rounded_path, **{k: ROUND[dtype](w) for k, w in f32_weights.items()})
+        rounded = load_model(config_path, rounded_path)
+        for what, seq in sequences.items():
+            engine = engine_score(photon, model_path, seq)
+            compare_logprobs(f"{name} {dtype} {what} score", engine, score(rounded, seq))
+            if dtype != "f32":
+                drift.setdefault(dtype, []).extend(differences(engine, exact_scores[what]))
+        modes = ["hiergen"] + (["recgen"] if config_json["arch"] == "photon" else [])
+        for mode in modes:
+            check_generation(photon, model_path, rounded, f"{name} {dtype} {mode}", mode,
+                             tokens[:11], GENERATE)
+    median = {dtype: float(np.median(d)) for dtype, d in drift.items()}
+    for dtype, d in drift.items():
+        u = UNIT[dtype]
+        print(f"{name} {dtype}: |logprob - f32 weights' reference| median {median[dtype] / u:.1f} u, "
+              f"worst {max(d) / u:.1f} u")
+        if median[dtype] > MEDIAN_UNITS * u or max(d) > WORST_UNITS * u:
+            raise Mismatch(f"{name} {dtype}: median {median[dtype]:.2e} / worst {max(d):.2e} from "
+                           f"the f32 weights' scores, beyond {MEDIAN_UNITS} / {WORST_UNITS} u")
+    if not median["f16"] < median["bf16"]:
+        raise Mismatch(f"{name}: f16 ({median['f16']:.2e}) not closer than bf16 "
+                       f"({median['bf16']:.2e}) to the f32 weights' scores")
+    print(f"{name}: f32, f16 and bf16 agree with the reference on their weights")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--photon", required=True, help="the built photon CLI")
+    parser.add_argument("--work-dir", required=True, help="scratch directory for the models")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    failures = 0
+    for name, (seed, config_json) in MODELS.items():
+        try:
+            check_model(args.photon, args.work_dir, name, seed, config_json)
+        except Mismatch as e:
+            print(f"MISMATCH {e}", file=sys.stderr)
+            failures += 1
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

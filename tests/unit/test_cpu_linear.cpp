@@ -1,0 +1,209 @@
+// The CPU backend's linear layer against a double-precision product of the same operands: the
+// skinny kernels (portable and AVX2) and the GEMM path, f32 / bf16 / f16 weights, bias,
+// accumulation; and the promises of skinny_gemm.h: a row's result does not depend on the rows
+// beside it, the output range or the thread count.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/linear.h"
+#include "backend/cpu/skinny_gemm.h"
+#include "core/dtype.h"
+
+namespace photon::cpu {
+namespace {
+
+struct Shape {
+  int n, in, out;
+};
+
+// Weights stored in `dtype` and the f32 values they stand for.
+struct Weights {
+  DType dtype;
+  std::vector<uint16_t> narrow;  // bf16 / f16 storage
+  std::vector<float> wide;       // the exact values
+
+  Weights(DType d, const std::vector<float>& values) : dtype(d), wide(values) {
+    if (dtype == DType::F32) return;
+    narrow.resize(values.size());
+    convert_from_f32(dtype, values.data(), narrow.data(), values.size());
+    convert_to_f32(dtype, narrow.data(), wide.data(), values.size());
+  }
+  const void* data() const {
+    return dtype == DType::F32 ? static_cast<const void*>(wide.data()) : narrow.data();
+  }
+  WeightMatrix matrix(const Shape& s) const { return {data(), dtype, s.out, s.in}; }
+};
+
+std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(gen);
+  return v;
+}
+
+// y0 + x W^T + bias in double, and the bound of each element's f32 rounding: sum |x w| times a
+// few units of f32 precision per term of the longest partial sum.
+void reference(const Shape& s, const std::vector<float>& x, const std::vector<float>& w,
+               const std::vector<float>* bias, const std::vector<float>& y0, bool accumulate,
+               std::vector<double>* want, std::vector<double>* bound) {
+  want->assign(static_cast<size_t>(s.n) * s.out, 0.0);
+  bound->assign(want->size(), 0.0);
+  for (int r = 0; r < s.n; ++r) {
+    for (int o = 0; o < s.out; ++o) {
+      double sum = 0, magnitude = 0;
+      for (int k = 0; k < s.in; ++k) {
+        const double p = static_cast<double>(x[size_t(r) * s.in + k]) * w[size_t(o) * s.in + k];
+        sum += p;
+        magnitude += std::fabs(p);
+      }
+      const size_t i = size_t(r) * s.out + o;
+      const double before = accumulate ? y0[i] : 0.0, after = bias ? (*bias)[o] : 0.0;
+      (*want)[i] = before + sum + after;
+      (*bound)[i] = (magnitude + std::fabs(before) + std::fabs(after)) * 1e-6 * (4 + s.in / 64.0);
+    }
+  }
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<double>& want,
+                  const std::vector<double>& bound, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], bound[i]) << what << " element " << i;
+}
+
+const Shape kSkinnyShapes[] = {{1, 64, 1},  {1, 1664, 35}, {2, 52, 7},
+                               {3, 96, 50}, {7, 33, 19},   {32, 256, 48}};
+const Shape kGemmShapes[] = {{33, 64, 40}, {70, 416, 200}, {129, 52, 33}};
+const DType kDTypes[] = {DType::F32, DType::BF16, DType::F16};
+
+SkinnyKernel kernel_of(const SkinnyKernels& k, DType dtype) {
+  return dtype == DType::F32 ? k.f32 : dtype == DType::BF16 ? k.bf16 : k.f16;
+}
+
+// One kernel flavour against the double-precision product.
+void check_skinny(const SkinnyKernels& kernels, const char* name) {
+  for (DType dtype : kDTypes) {
+    for (const Shape& s : kSkinnyShapes) {
+      const std::string what = std::string(name) + " " + dtype_name(dtype) + " n " +
+                               std::to_string(s.n) + " in " + std::to_string(s.in) + " out " +
+                               std::to_string(s.out);
+      const Weights w(dtype, random_values(size_t(s.out) * s.in, 1 + s.in, 0.1f));
+      const std::vector<float> x = random_values(size_t(s.n) * s.in, 2 + s.out);
+      for (bool accumulate : {false, true}) {
+        std::vector<float> y = random_values(size_t(s.n) * s.out, 3);
+        const std::vector<float> y0 = y;
+        kernel_of(kernels,
+                  dtype)({x.data(), s.n, s.in, w.data(), 0, s.out, y.data(), s.out, accumulate});
+        std::vector<double> want, bound;
+        reference(s, x, w.wide, nullptr, y0, accumulate, &want, &bound);
+        expect_close(y, want, bound, what + (accumulate ? " accumulate" : ""));
+      }
+    }
+  }
+}
+
+TEST(CpuLinear, PortableSkinnyKernelsMatchDoubleProduct) {
+  check_skinny(kSkinnyPortable, "portable");
+}
+
+#if defined(PHOTON_X86_KERNELS)
+TEST(CpuLinear, Avx2SkinnyKernelsMatchDoubleProduct) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "this CPU has no AVX2 + FMA + F16C";
+  check_skinny(kSkinnyAvx2, "avx2");
+}
+
+TEST(CpuLinear, Avx2WideningIsExact) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "this CPU has no AVX2 + FMA + F16C";
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    // Every 16-bit pattern, NaNs, infinities and subnormals included, plus an odd tail.
+    std::vector<uint16_t> bits(65536 + 5);
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<uint16_t>(i * 40503u);
+    std::vector<float> want(bits.size()), got(bits.size());
+    convert_to_f32(dtype, bits.data(), want.data(), bits.size());
+    const long n = static_cast<long>(bits.size());
+    if (dtype == DType::BF16)
+      kSkinnyAvx2.widen_bf16(reinterpret_cast<const Bf16*>(bits.data()), got.data(), n);
+    else
+      kSkinnyAvx2.widen_f16(reinterpret_cast<const F16*>(bits.data()), got.data(), n);
+    for (size_t i = 0; i < bits.size(); ++i) {
+      if (std::isnan(want[i]))
+        ASSERT_TRUE(std::isnan(got[i])) << dtype_name(dtype) << " bits " << bits[i];
+      else
+        ASSERT_EQ(got[i], want[i]) << dtype_name(dtype) << " bits " << bits[i];
+    }
+  }
+}
+#endif
+
+TEST(CpuLinear, AllPathsMatchDoubleProductWithBiasAndThreads) {
+  std::vector<Shape> shapes(std::begin(kSkinnyShapes), std::end(kSkinnyShapes));
+  shapes.insert(shapes.end(), std::begin(kGemmShapes), std::end(kGemmShapes));
+  for (DType dtype : kDTypes) {
+    for (const Shape& s : shapes) {
+      const Weights w(dtype, random_values(size_t(s.out) * s.in, 5 + s.in, 0.1f));
+      const std::vector<float> x = random_values(size_t(s.n) * s.in, 6 + s.out);
+      const std::vector<float> bias = random_values(s.out, 7);
+      const std::vector<float> y0 = random_values(size_t(s.n) * s.out, 8);
+      for (bool accumulate : {false, true}) {
+        const std::string what = std::string(dtype_name(dtype)) + " n " + std::to_string(s.n) +
+                                 " in " + std::to_string(s.in) + " out " + std::to_string(s.out) +
+                                 (accumulate ? " accumulate" : "");
+        std::vector<double> want, bound;
+        reference(s, x, w.wide, &bias, y0, accumulate, &want, &bound);
+        std::vector<float> one = y0, two = y0;
+        linear(x.data(), s.n, w.matrix(s), bias.data(), one.data(), accumulate, 1);
+        linear(x.data(), s.n, w.matrix(s), bias.data(), two.data(), accumulate, 2);
+        expect_close(one, want, bound, what);
+        EXPECT_EQ(one, two) << what << ": 1 and 2 threads differ";
+      }
+    }
+  }
+}
+
+TEST(CpuLinear, SixteenBitWeightsGiveTheBitsOfTheirF32Values) {
+  // Widening is exact, so a bf16 / f16 matrix and the f32 matrix of its values are the same
+  // operands: every path must give the same bits for both.
+  std::vector<Shape> shapes(std::begin(kSkinnyShapes), std::end(kSkinnyShapes));
+  shapes.insert(shapes.end(), std::begin(kGemmShapes), std::end(kGemmShapes));
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    for (const Shape& s : shapes) {
+      const Weights narrow(dtype, random_values(size_t(s.out) * s.in, 9, 0.1f));
+      const Weights wide(DType::F32, narrow.wide);
+      const std::vector<float> x = random_values(size_t(s.n) * s.in, 10);
+      std::vector<float> a(size_t(s.n) * s.out), b(a.size());
+      linear(x.data(), s.n, narrow.matrix(s), nullptr, a.data(), false, 2);
+      linear(x.data(), s.n, wide.matrix(s), nullptr, b.data(), false, 2);
+      EXPECT_EQ(a, b) << dtype_name(dtype) << " n " << s.n << " in " << s.in << " out " << s.out;
+    }
+  }
+}
+
+TEST(CpuLinear, SkinnyRowsDoNotDependOnTheirNeighboursOrOutputRange) {
+  const Shape s{kSkinnyRows, 200, 37};
+  for (DType dtype : kDTypes) {
+    const Weights w(dtype, random_values(size_t(s.out) * s.in, 11, 0.1f));
+    const std::vector<float> x = random_values(size_t(s.n) * s.in, 12);
+    std::vector<float> all(size_t(s.n) * s.out);
+    linear(x.data(), s.n, w.matrix(s), nullptr, all.data(), false, 1);
+    for (int r = 0; r < s.n; ++r) {
+      // Row r alone, its outputs computed in two ranges by the kernel directly.
+      std::vector<float> alone(s.out);
+      const SkinnyKernels& k = skinny_kernels();
+      const float* xr = x.data() + size_t(r) * s.in;
+      kernel_of(k, dtype)({xr, 1, s.in, w.data(), 0, 5, alone.data(), s.out, false});
+      kernel_of(k, dtype)({xr, 1, s.in, w.data(), 5, s.out, alone.data(), s.out, false});
+      const std::vector<float> in_batch(all.begin() + size_t(r) * s.out,
+                                        all.begin() + size_t(r + 1) * s.out);
+      ASSERT_EQ(alone, in_batch) << dtype_name(dtype) << " row " << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace photon::cpu
