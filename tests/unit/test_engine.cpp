@@ -56,6 +56,16 @@ class EngineTest : public ::testing::TestWithParam<int> {
     return lp;
   }
 
+  // Each generated logprob must be HierGen's teacher-forced score of the prompt sequence_[0, p)
+  // followed by what was generated.
+  void expect_teacher_forced(int p, const Generated& g, const std::string& what) {
+    std::vector<int32_t> all(sequence_.begin(), sequence_.begin() + p);
+    all.insert(all.end(), g.tokens.begin(), g.tokens.end());
+    const std::vector<float> tf = score(all);
+    for (size_t i = 0; i < g.tokens.size(); ++i)
+      EXPECT_NEAR(g.logprobs[i], tf[p + i], 1e-4) << what << " step " << i;
+  }
+
   ModelConfig config_;
   std::string path_;
   photon_model* model_ = nullptr;
@@ -74,11 +84,7 @@ TEST_P(EngineTest, HierGenEqualsTeacherForcingAtEveryPromptLength) {
     ASSERT_EQ(photon_session_generate(s, n_gen, collect, &g, nullptr), PHOTON_OK)
         << photon_last_error();
     ASSERT_EQ(static_cast<int>(g.tokens.size()), n_gen);
-    std::vector<int32_t> all(sequence_.begin(), sequence_.begin() + p);
-    all.insert(all.end(), g.tokens.begin(), g.tokens.end());
-    const std::vector<float> tf = score(all);
-    for (int i = 0; i < n_gen; ++i)
-      EXPECT_NEAR(g.logprobs[i], tf[p + i], 1e-4) << "prompt " << p << " step " << i;
+    expect_teacher_forced(p, g, "prompt " + std::to_string(p));
     photon_session_free(s);
   }
 }
@@ -100,10 +106,7 @@ TEST_P(EngineTest, PenalizedLogprobsAreTheModelsOwn) {
   ASSERT_EQ(photon_session_generate(s, n_gen, collect, &g, nullptr), PHOTON_OK)
       << photon_last_error();
   ASSERT_EQ(static_cast<int>(g.tokens.size()), n_gen);
-  std::vector<int32_t> all(sequence_.begin(), sequence_.begin() + p);
-  all.insert(all.end(), g.tokens.begin(), g.tokens.end());
-  const std::vector<float> tf = score(all);
-  for (int i = 0; i < n_gen; ++i) EXPECT_NEAR(g.logprobs[i], tf[p + i], 1e-4) << "step " << i;
+  expect_teacher_forced(p, g, "penalized");
   photon_session_free(s);
 }
 
