@@ -12,9 +12,12 @@ namespace photon::cpu {
 
 namespace {
 
-// How long an idle helper keeps looking for work before it sleeps: long enough to catch the next
-// op of a forward pass, short enough to leave a shared machine's cycles to others.
-constexpr auto kSpin = std::chrono::microseconds(100);
+// How long an idle helper keeps looking for work before it sleeps: long enough to bridge the
+// single-threaded stretches of a decode step (one row's attention, the sampler), short enough to
+// leave a shared machine's cycles to others once a step is over. At 100 us the helper slept
+// during every layer's attention of a one-session vanilla decode, and the futex wake-ups cost
+// about 8% of its tokens per second (docs/performance.md, issue 12).
+constexpr auto kSpin = std::chrono::milliseconds(2);
 
 }  // namespace
 
