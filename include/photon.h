@@ -204,6 +204,19 @@ PHOTON_API void photon_model_free(photon_model *model);
 /* The device the model runs on: "cpu" or "cuda:N" (what "auto" chose). "" for NULL. */
 PHOTON_API const char *photon_model_device(const photon_model *model);
 
+/* Memory the model holds on its device, in bytes, as sqlite3_status64 reports it: *in_use what
+ * its backend has allocated now, *peak the most it has held since the model was loaded or since a
+ * call with reset_peak nonzero (which restarts the peak from *in_use after reading it). Counted:
+ * weights the backend copied or converted, the caches and state of the model's sessions, and
+ * scratch; not counted: the model file's mapping, which the CPU reads f32, bf16 and f16 weights
+ * from in place. On the CPU the operating system backs a page when it is first written, so a
+ * session's cache for a long context counts in full from its creation while the resident memory
+ * grows as it fills; on a GPU it is device memory (the backend's pool may keep freed blocks for
+ * reuse beyond this). Either pointer may be NULL. Fails with PHOTON_ERR_INVALID_ARGUMENT for a NULL
+ * model. Safe to call while other threads use the model and its sessions. */
+PHOTON_API photon_status photon_model_memory(const photon_model *model, uint64_t *in_use,
+                                             uint64_t *peak, int reset_peak);
+
 /* "photon" or "vanilla". Returns "" for NULL. */
 PHOTON_API const char *photon_model_arch(const photon_model *model);
 /* Number of PHOTON levels L (1 is the Block Transformer); 0 for vanilla or NULL. */

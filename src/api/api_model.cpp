@@ -91,6 +91,16 @@ const char* photon_model_device(const photon_model* model) {
   return model ? model->device.c_str() : "";
 }
 
+photon_status photon_model_memory(const photon_model* model, uint64_t* in_use, uint64_t* peak,
+                                  int reset_peak) {
+  return guard([&] {
+    require(model, "photon_model_memory", "model is NULL");
+    const photon::MemoryUse use = model->model->backend().memory(reset_peak != 0);
+    if (in_use) *in_use = use.in_use;
+    if (peak) *peak = use.peak;
+  });
+}
+
 const char* photon_model_arch(const photon_model* model) {
   if (!model) return "";
   return model->model->config().arch == photon::Arch::Vanilla ? "vanilla" : "photon";

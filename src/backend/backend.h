@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/memory.h"
 #include "backend/tensor.h"
 #include "core/sampling.h"
 
@@ -72,6 +73,8 @@ class Backend {
   // Uninitialized memory (the CPU backs a page only when it is first written, so a KV cache sized
   // for a whole context costs nothing until used). `what` names it in out-of-memory messages.
   virtual std::unique_ptr<Buffer> allocate(size_t bytes, std::string_view what) = 0;
+  // What this backend's allocations hold (memory.h); reset_peak restarts the peak from now.
+  MemoryUse memory(bool reset_peak) { return memory_.read(reset_peak); }
   // A weight in the backend's compute form, alive as long as the backend: the CPU uses matrices in
   // place from the mapping in their stored type (linear and embed read f32, bf16 and f16) and
   // widens vectors ([1, n]: norms, biases) to f32.
@@ -114,6 +117,10 @@ class Backend {
                       float* logprobs) = 0;
   // out[i] = log softmax(logits row i)[targets[i]].
   virtual void logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) = 0;
+
+ protected:
+  // Every implementation counts what it allocates and frees here.
+  MemoryCounter memory_;
 };
 
 // A new [rows, cols] tensor of `dtype` in the backend's memory, uninitialized.

@@ -81,6 +81,12 @@ std::string regime_header(const std::string& what, const std::vector<std::string
   return text;
 }
 
+// A run's measured memory figure; runs recorded before device memory was measured have only the
+// resident one.
+double measured(const Record& run, const char* key, const char* resident_key) {
+  return (run.contains(key) ? run[key] : run[resident_key]).get<double>();
+}
+
 std::string separator(size_t columns) {
   std::string text = "|";
   for (size_t i = 0; i < columns; ++i) text += "---|";
@@ -111,8 +117,9 @@ std::string throughput_tables(const std::vector<Record>& runs) {
   const auto rows = model_modes(runs);
   const auto names = regimes(runs);
   std::string text =
-      "TPM = throughput / resident memory per sample, in tok/s per MiB; memory per sample = growth "
-      "of the process's resident memory per added sample (sessions alive after generation); "
+      "TPM = throughput / memory per sample, in tok/s per MiB; memory per sample = growth of the "
+      "process's resident memory (CPU) or of the model's device memory (GPU, photon_model_memory) "
+      "per added sample (sessions alive after generation); "
       "throughput = generated tokens / wall time including prefill, in tok/s.\n\n"
       "| model | parameters | mode | batch |" +
       regime_header("TPM", names) + regime_header("MiB/sample", names) +
@@ -129,10 +136,11 @@ std::string throughput_tables(const std::vector<Record>& runs) {
     text += "| " + row.first + " | " + millions(any->at("parameters")) + " | " + row.second +
             " | " + batches + " |";
     text += regime_cells(runs, row, names, [](const Record& run) {
-      return significant(run["tpm_resident_tok_s_per_gib"].get<double>() / 1024.0);
+      return significant(measured(run, "tpm_tok_s_per_gib", "tpm_resident_tok_s_per_gib") / 1024.0);
     });
     text += regime_cells(runs, row, names, [](const Record& run) {
-      return mebibytes(run["resident_growth_bytes_per_sample"].get<double>());
+      return mebibytes(
+          measured(run, "memory_bytes_per_sample", "resident_growth_bytes_per_sample"));
     });
     text += regime_cells(runs, row, names, [](const Record& run) {
       return significant(run["throughput_tok_s"].get<double>());
@@ -143,7 +151,8 @@ std::string throughput_tables(const std::vector<Record>& runs) {
       "\nMemory per sample in MiB, each way: the KV caches that grow with the context by the "
       "configuration's formula at the regime's context (f32 as this engine computes; bf16 as the "
       "paper's GPU runs store them), the engine's own accounting (photon_session_kv_bytes: the "
-      "growing caches, then the open local windows), and the resident memory measured. TPM by the "
+      "growing caches, then the open local windows), and the memory measured (resident or device, "
+      "as above). TPM by the "
       "formula's f32 bytes, in tok/s per MiB.\n\n"
       "| model | mode | regime | KV formula f32 | KV formula bf16 | engine KV | engine windows | "
       "resident | TPM (KV f32) |\n" +
@@ -153,13 +162,14 @@ std::string throughput_tables(const std::vector<Record>& runs) {
       const Record* run = find_run(runs, row, "regime", regime);
       if (run == nullptr) continue;
       const Record& r = *run;
-      text += "| " + row.first + " | " + row.second + " | " + regime + " | " +
-              mebibytes(r["kv_analytic_bytes_per_sample"].get<double>()) + " | " +
-              mebibytes(r["kv_analytic_bf16_bytes_per_sample"].get<double>()) + " | " +
-              mebibytes(r["kv_engine_bytes_per_sample"].get<double>()) + " | " +
-              mebibytes(r["kv_engine_window_bytes_per_sample"].get<double>()) + " | " +
-              mebibytes(r["resident_growth_bytes_per_sample"].get<double>()) + " | " +
-              significant(r["tpm_kv_tok_s_per_gib"].get<double>() / 1024.0) + " |\n";
+      text +=
+          "| " + row.first + " | " + row.second + " | " + regime + " | " +
+          mebibytes(r["kv_analytic_bytes_per_sample"].get<double>()) + " | " +
+          mebibytes(r["kv_analytic_bf16_bytes_per_sample"].get<double>()) + " | " +
+          mebibytes(r["kv_engine_bytes_per_sample"].get<double>()) + " | " +
+          mebibytes(r["kv_engine_window_bytes_per_sample"].get<double>()) + " | " +
+          mebibytes(measured(r, "memory_bytes_per_sample", "resident_growth_bytes_per_sample")) +
+          " | " + significant(r["tpm_kv_tok_s_per_gib"].get<double>() / 1024.0) + " |\n";
     }
   }
   return text;

@@ -166,9 +166,24 @@ void require_context(const BenchModel& model, int64_t tokens, const std::string&
 struct BatchResult {
   double prefill_s = 0, decode_s = 0, wall_s = 0;
   uint64_t generated = 0;
-  uint64_t resident_growth = 0, peak_growth = 0;  // the whole batch
-  bench::KvUse kv;                                // summed over the sessions
+  // The whole batch: the process's resident memory, and the model's device memory
+  // (photon_model_memory), each as it grew and at its peak.
+  uint64_t resident_growth = 0, peak_growth = 0;
+  uint64_t device_growth = 0, device_peak_growth = 0;
+  bench::KvUse kv;  // summed over the sessions
 };
+
+// Memory per sample is the growth of resident memory on the CPU, where the sessions live in the
+// process, and of the model's device memory on a GPU, where the process barely grows.
+bool measures_device_memory(const BenchModel& model) {
+  return std::string(photon_model_device(model.model.get())) != "cpu";
+}
+uint64_t memory_growth(const BenchModel& model, const BatchResult& run) {
+  return measures_device_memory(model) ? run.device_growth : run.resident_growth;
+}
+uint64_t memory_peak_growth(const BenchModel& model, const BatchResult& run) {
+  return measures_device_memory(model) ? run.device_peak_growth : run.peak_growth;
+}
 
 // Sessions hold `context` tokens (at least prompt + generate), allocated when they are created.
 BatchResult run_batch(const BenchModel& model, Row row, int32_t prompt, int32_t generate,
@@ -177,6 +192,9 @@ BatchResult run_batch(const BenchModel& model, Row row, int32_t prompt, int32_t 
   bench::release_free_heap();
   const uint64_t before = bench::resident_bytes();
   bench::reset_peak_resident();
+  uint64_t device_before = 0, device_peak = 0;
+  check(photon_model_memory(model.model.get(), &device_before, nullptr, 1),
+        "memory of " + model.name);
   const Clock::time_point start = Clock::now();
   std::vector<SessionPtr> sessions;
   std::vector<photon_session*> handles;
@@ -200,6 +218,11 @@ BatchResult run_batch(const BenchModel& model, Row row, int32_t prompt, int32_t 
   result.wall_s = bench::seconds_since(start);
   result.resident_growth = growth(bench::resident_bytes(), before);
   result.peak_growth = growth(bench::peak_resident_bytes(), before);
+  uint64_t device_now = 0;
+  check(photon_model_memory(model.model.get(), &device_now, &device_peak, 0),
+        "memory of " + model.name);
+  result.device_growth = growth(device_now, device_before);
+  result.device_peak_growth = growth(device_peak, device_before);
   for (int32_t count : counts) result.generated += static_cast<uint64_t>(count);
   for (photon_session* session : handles) {
     const bench::KvUse use = bench::kv_use(model, session);
@@ -220,8 +243,9 @@ int find_batch(const BenchModel& model, Row row, const Regime& regime, uint64_t 
                       static_cast<double>(batch) * (regime.prompt + 1));
     const BatchResult trial = run_batch(model, row, regime.prompt, 1,
                                         regime.prompt + regime.generate, batch, seed, &progress);
-    const bool ok = trial.peak_growth <= budget;
-    trials.push_back({{"batch", batch}, {"peak_growth_bytes", trial.peak_growth}, {"fits", ok}});
+    const uint64_t peak = memory_peak_growth(model, trial);
+    const bool ok = peak <= budget;
+    trials.push_back({{"batch", batch}, {"peak_growth_bytes", peak}, {"fits", ok}});
     return ok;
   };
   if (!fits(1)) {
@@ -267,6 +291,7 @@ void study_throughput(const Plan& plan, const BenchModel& model, Row row, Sink& 
     }
     const double throughput = run.generated / run.wall_s;
     const double resident = static_cast<double>(run.resident_growth) / batch;
+    const double memory = static_cast<double>(memory_growth(model, run)) / batch;
     const double kv_f32 = static_cast<double>(bench::analytic_kv_bytes(model, row, context, 4));
     constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
     record["regime"] = regime.name;
@@ -287,12 +312,19 @@ void study_throughput(const Plan& plan, const BenchModel& model, Row row, Sink& 
     record["kv_engine_window_bytes_per_sample"] = static_cast<double>(run.kv.window_total) / batch;
     record["resident_growth_bytes_per_sample"] = resident;
     record["peak_growth_bytes_per_sample"] = static_cast<double>(run.peak_growth) / batch;
+    record["device_growth_bytes_per_sample"] = static_cast<double>(run.device_growth) / batch;
+    record["device_peak_growth_bytes_per_sample"] =
+        static_cast<double>(run.device_peak_growth) / batch;
+    record["memory_measured"] = measures_device_memory(model) ? "device" : "resident";
+    record["memory_bytes_per_sample"] = memory;
+    record["tpm_tok_s_per_gib"] = memory > 0 ? throughput / (memory / kGiB) : 0.0;
     record["tpm_resident_tok_s_per_gib"] = resident > 0 ? throughput / (resident / kGiB) : 0.0;
     record["tpm_kv_tok_s_per_gib"] = kv_f32 > 0 ? throughput / (kv_f32 / kGiB) : 0.0;
     sink.emit(record);
-    std::fprintf(stderr, "photon bench: %s: %s tok/s, %s MiB/sample resident, %s MiB KV\n",
-                 label.c_str(), bench::significant(throughput).c_str(),
-                 bench::mebibytes(resident).c_str(), bench::mebibytes(kv_f32).c_str());
+    std::fprintf(stderr, "photon bench: %s: %s tok/s, %s MiB/sample %s, %s MiB KV\n", label.c_str(),
+                 bench::significant(throughput).c_str(), bench::mebibytes(memory).c_str(),
+                 measures_device_memory(model) ? "device memory" : "resident",
+                 bench::mebibytes(kv_f32).c_str());
   }
 }
 
@@ -564,7 +596,8 @@ const Command kBenchCommand = {
     "  throughput  per regime: prefill `batch` sessions, generate with all of them together;\n"
     "              throughput = generated tokens / wall time including prefill; memory per\n"
     "              sample by the KV formula, by the engine's accounting, and as the growth of\n"
-    "              resident memory per sample; TPM = throughput / memory per sample (default)\n"
+    "              memory per sample (resident memory on the CPU, the model's device memory on\n"
+    "              a GPU); TPM = throughput / memory per sample (default)\n"
     "  scaling     decode time per token and KV bytes at each --contexts length, one session\n"
     "  kv          KV bytes per level once the model has consumed --context tokens, the last\n"
     "              --decode-tokens of them generated, against the configuration's formula\n"
@@ -577,8 +610,8 @@ const Command kBenchCommand = {
     "  --dtype f32|f16|bf16  storage type of written models (default f32)\n"
     "  --seed S              seed of the weights, prompts and samplers (default 0)\n"
     "  --mode MODE           only vanilla, block, hiergen or recgen runs (repeatable)\n"
-    "  --device DEV          cpu (default), cuda, cuda:N or auto; on a GPU the memory columns\n"
-    "                        count host memory only, and --memory-budget sizes by host memory\n"
+    "  --device DEV          cpu (default), cuda, cuda:N or auto; on a GPU, memory per sample\n"
+    "                        and --memory-budget count the model's device memory\n"
     "  --threads N           compute with at most N threads (default: every core)\n"
     "\n"
     "throughput:\n"

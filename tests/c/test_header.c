@@ -152,6 +152,7 @@ static void test_null_handling(void) {
   CHECK_STATUS(photon_session_generate(NULL, 4, NULL, NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_session_tokens(NULL, tokens, 4, &n), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_session_kv_bytes(NULL, 1, &encoder, &window), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_model_memory(NULL, &encoder, &window, 0), PHOTON_ERR_INVALID_ARGUMENT);
 }
 
 static void test_session_options(void) {

@@ -337,11 +337,17 @@ TEST(GpuSessions, ThousandSessionsLeaveDeviceMemoryFlat) {
   size_t free_before = 0, free_after = 0, total = 0;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  uint64_t held_before = 0, held_after = 0, peak = 0;
+  ASSERT_EQ(photon_model_memory(gpu.get(), &held_before, nullptr, 1), PHOTON_OK);
   for (int i = 0; i < 1000; ++i) cycle(i % 2 ? PHOTON_MODE_RECGEN : PHOTON_MODE_HIERGEN);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
   EXPECT_GE(free_after + (size_t{2} << 20), free_before)
       << "device memory grew by " << (free_before - free_after) << " bytes";
+  // The model's own count: back where it was, and every cycle's session showed in the peak.
+  ASSERT_EQ(photon_model_memory(gpu.get(), &held_after, &peak, 0), PHOTON_OK);
+  EXPECT_EQ(held_after, held_before);
+  EXPECT_GT(peak, held_before);
   std::remove(path.c_str());
 }
 

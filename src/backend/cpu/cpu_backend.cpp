@@ -23,11 +23,18 @@ constexpr std::align_val_t kAlignment{64};
 // Host memory from operator new, not written here: pages are backed when first touched.
 class HostBuffer final : public Buffer {
  public:
-  HostBuffer(const Backend* owner, size_t bytes)
-      : Buffer(owner, bytes ? ::operator new(bytes, kAlignment) : nullptr, bytes) {}
+  HostBuffer(const Backend* owner, size_t bytes, MemoryCounter& counter)
+      : Buffer(owner, bytes ? ::operator new(bytes, kAlignment) : nullptr, bytes),
+        counter_(counter) {
+    counter_.add(bytes);
+  }
   ~HostBuffer() override {
     if (base()) ::operator delete(base(), kAlignment);
+    counter_.remove(bytes());
   }
+
+ private:
+  MemoryCounter& counter_;
 };
 
 // Memory the backend does not own (the model file's mapping).
@@ -61,7 +68,7 @@ CpuBackend::CpuBackend(int threads) : threads_(threads > 0 ? threads : available
 }
 
 std::unique_ptr<Buffer> CpuBackend::allocate(size_t bytes, std::string_view) {
-  return std::make_unique<HostBuffer>(this, bytes);
+  return std::make_unique<HostBuffer>(this, bytes, memory_);
 }
 
 Tensor CpuBackend::weight(const HostWeight& source, std::string_view) {

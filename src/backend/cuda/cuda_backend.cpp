@@ -16,6 +16,7 @@ namespace {
 
 constexpr size_t kInitialScratch = size_t{16} << 20;
 constexpr size_t kInitialPinned = size_t{4} << 20;
+constexpr size_t kGemmWorkspace = size_t{32} << 20;
 
 // Whether a copy's destination meets another copy's source or destination (or its own source):
 // then the copies must run in order.
@@ -45,14 +46,18 @@ bool any_overlap(std::span<const CopyDescriptor> copies) {
 // A buffer from the backend's pool, handed back to it on destruction.
 class PoolBuffer final : public Buffer {
  public:
-  PoolBuffer(CudaBackend* owner, void* memory, size_t bytes)
-      : Buffer(owner, memory, bytes), backend_(owner) {}
+  PoolBuffer(CudaBackend* owner, void* memory, size_t bytes, MemoryCounter& counter)
+      : Buffer(owner, memory, bytes), backend_(owner), counter_(counter) {
+    counter_.add(bytes);
+  }
   ~PoolBuffer() override {
     if (base()) backend_->release(base());
+    counter_.remove(bytes());
   }
 
  private:
   CudaBackend* backend_;
+  MemoryCounter& counter_;
 };
 
 }  // namespace
@@ -96,8 +101,9 @@ CudaBackend::CudaBackend(const CudaOptions& options)
     // driver (pool_allocate trims the pool when the device is full).
     uint64_t keep = std::numeric_limits<uint64_t>::max();
     PHOTON_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep));
-    gemm_ = std::make_unique<Gemm>(size_t{32} << 20, /*tf32=*/!exact_f32_);
+    gemm_ = std::make_unique<Gemm>(kGemmWorkspace, /*tf32=*/!exact_f32_);
     scratch_ = Arena(kInitialScratch, "CUDA backend scratch");
+    memory_.add(kGemmWorkspace + scratch_.capacity());
     pinned_ = std::make_unique<PinnedHost>(kInitialPinned);
   } catch (...) {
     gemm_.reset();
@@ -161,6 +167,7 @@ void CudaBackend::reserve_scratch(size_t bytes, int pieces) {
   // The old arena may still be read by queued work.
   synchronize();
   const size_t grown = std::max(need, 2 * scratch_.capacity());
+  memory_.remove(scratch_.capacity());
   scratch_ = Arena();
   try {
     scratch_ = Arena(grown, "CUDA backend scratch");
@@ -169,6 +176,7 @@ void CudaBackend::reserve_scratch(size_t bytes, int pieces) {
     PHOTON_CUDA_CHECK(cudaMemPoolTrimTo(pool_, 0));
     scratch_ = Arena(need, "CUDA backend scratch");
   }
+  memory_.add(scratch_.capacity());
 }
 
 void* CudaBackend::pinned(size_t bytes) {
@@ -203,7 +211,7 @@ float* CudaBackend::f32(const Tensor& t) const {
 
 std::unique_ptr<Buffer> CudaBackend::allocate(size_t bytes, std::string_view what) {
   Lock lock(*this);
-  return std::make_unique<PoolBuffer>(this, pool_allocate(bytes, what), bytes);
+  return std::make_unique<PoolBuffer>(this, pool_allocate(bytes, what), bytes, memory_);
 }
 
 Tensor CudaBackend::weight(const HostWeight& source, std::string_view name) {
@@ -217,14 +225,15 @@ Tensor CudaBackend::weight(const HostWeight& source, std::string_view name) {
     stored = DType::BF16;
   const std::string what = "weight " + std::string(name);
   auto buffer = std::make_unique<PoolBuffer>(this, pool_allocate(count * dtype_size(stored), what),
-                                             count * dtype_size(stored));
+                                             count * dtype_size(stored), memory_);
   const size_t source_bytes = count * dtype_size(source.dtype);
   if (stored == source.dtype) {
     PHOTON_CUDA_CHECK(cudaMemcpyAsync(buffer->base(), source.data, source_bytes,
                                       cudaMemcpyHostToDevice, stream()));
   } else {
     // The file's values once on the device, converted there (round to nearest even).
-    PoolBuffer staging(this, pool_allocate(source_bytes, what + " (upload)"), source_bytes);
+    PoolBuffer staging(this, pool_allocate(source_bytes, what + " (upload)"), source_bytes,
+                       memory_);
     PHOTON_CUDA_CHECK(cudaMemcpyAsync(staging.base(), source.data, source_bytes,
                                       cudaMemcpyHostToDevice, stream()));
     if (stored == DType::F32)
