@@ -56,10 +56,14 @@ inline void skinny_tile(const float* x, int in, const W* w, float* y, int ldy, b
 
 // All rows against outputs [o, o + WB): three rows at a time (with two partial-sum vectors each on
 // AVX2, 3 x WB x 2 accumulators and WB weight vectors fill the 16 registers at WB = 2), then the rest.
+// Fetching the next outputs' weights ahead pays with several rows or 16-bit weights (bf16 at one
+// row: 18% faster), but one row of f32 weights, one multiply-add per weight loaded, runs 2-4%
+// faster on the hardware prefetcher alone (docs/performance.md, issue 12).
 template <class V, class W, int WB>
 inline void skinny_outputs(const SkinnyArgs& a, const W* w, int o) {
   const W* wo = w + static_cast<long>(o) * a.in;
-  const W* next = o + 2 * WB <= a.o1 ? wo + static_cast<long>(WB) * a.in : nullptr;
+  const bool fetch_ahead = a.n > 1 || !std::is_same_v<W, float>;
+  const W* next = fetch_ahead && o + 2 * WB <= a.o1 ? wo + static_cast<long>(WB) * a.in : nullptr;
   const int tiles = (a.n + 2) / 3;
   auto tile = [&](auto rows, int r) {
     const W* fetch = next ? next + static_cast<long>(r / 3) * a.in / tiles : nullptr;
