@@ -18,10 +18,13 @@
 #include "api/api_internal.h"
 #include "backend/cuda/runtime.h"
 #include "photon.h"
+#include "test_generated.h"
 
 namespace {
 
 using photon::ModelConfig;
+using photon::testing::collect;
+using photon::testing::Generated;
 
 constexpr double kBf16Tolerance = 5e-2;
 constexpr double kF32Tolerance = 1e-3;
@@ -71,18 +74,6 @@ std::vector<float> score(const photon_model* model, const std::vector<int32_t>& 
   EXPECT_EQ(photon_model_score(model, tokens.data(), tokens.size(), logprobs.data()), PHOTON_OK)
       << photon_last_error();
   return logprobs;
-}
-
-struct Generated {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-};
-
-int collect(void* user, int32_t token, const char*, size_t, float logprob) {
-  auto* g = static_cast<Generated*>(user);
-  g->tokens.push_back(token);
-  g->logprobs.push_back(logprob);
-  return 0;
 }
 
 SessionPtr session(const photon_model* model, photon_mode mode, float temperature = 0.0f,
