@@ -154,6 +154,10 @@ PHOTON_API photon_status photon_load_options_set_progress(photon_load_options *o
                                                           void *user_data);
 /* Sets the device the model runs on:
  *   "cpu"     the CPU (the default): f32 arithmetic, results reproducible on every machine;
+ *             products use the widest vector kernels the processor has (AVX-512F, else
+ *             AVX2 + FMA + F16C, else portable C++), the same bits with either vector set;
+ *             the environment variable PHOTON_CPU_KERNELS=avx2 or =portable caps that choice
+ *             (read once per process, to compare kernels or rule one out);
  *   "cuda"    the first CUDA GPU, "cuda:N" GPU number N (compute capability 8.0 or newer);
  *   "auto"    the first CUDA GPU when one can be used, else the CPU.
  * On a GPU the weights are uploaded once, on first use, as bf16 (f16 files keep f16, f32 files are

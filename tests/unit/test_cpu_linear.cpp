@@ -1,5 +1,5 @@
 // The CPU backend's linear layer against a double-precision product of the same operands: the
-// skinny kernels (portable and AVX2) and the GEMM path, f32 / bf16 / f16 weights, bias,
+// skinny kernels (portable, AVX2, AVX-512) and the GEMM path, f32 / bf16 / f16 weights, bias,
 // accumulation; and the promises of skinny_gemm.h: a row's result does not depend on the rows
 // beside it, the output range or the thread count.
 #include <gtest/gtest.h>
@@ -113,6 +113,28 @@ TEST(CpuLinear, PortableSkinnyKernelsMatchDoubleProduct) {
 }
 
 #if defined(PHOTON_X86_KERNELS)
+// Every 16-bit pattern, NaNs, infinities and subnormals included, plus an odd tail, widened by one
+// vector set against the portable conversion.
+void check_widening(const SkinnyKernels& kernels, const char* name) {
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    std::vector<uint16_t> bits(65536 + 5);
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<uint16_t>(i * 40503u);
+    std::vector<float> want(bits.size()), got(bits.size());
+    convert_to_f32(dtype, bits.data(), want.data(), bits.size());
+    const long n = static_cast<long>(bits.size());
+    if (dtype == DType::BF16)
+      kernels.widen_bf16(reinterpret_cast<const Bf16*>(bits.data()), got.data(), n);
+    else
+      kernels.widen_f16(reinterpret_cast<const F16*>(bits.data()), got.data(), n);
+    for (size_t i = 0; i < bits.size(); ++i) {
+      if (std::isnan(want[i]))
+        ASSERT_TRUE(std::isnan(got[i])) << name << " " << dtype_name(dtype) << " bits " << bits[i];
+      else
+        ASSERT_EQ(got[i], want[i]) << name << " " << dtype_name(dtype) << " bits " << bits[i];
+    }
+  }
+}
+
 TEST(CpuLinear, Avx2SkinnyKernelsMatchDoubleProduct) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "this CPU has no AVX2 + FMA + F16C";
   check_skinny(kSkinnyAvx2, "avx2");
@@ -120,22 +142,35 @@ TEST(CpuLinear, Avx2SkinnyKernelsMatchDoubleProduct) {
 
 TEST(CpuLinear, Avx2WideningIsExact) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "this CPU has no AVX2 + FMA + F16C";
-  for (DType dtype : {DType::BF16, DType::F16}) {
-    // Every 16-bit pattern, NaNs, infinities and subnormals included, plus an odd tail.
-    std::vector<uint16_t> bits(65536 + 5);
-    for (size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<uint16_t>(i * 40503u);
-    std::vector<float> want(bits.size()), got(bits.size());
-    convert_to_f32(dtype, bits.data(), want.data(), bits.size());
-    const long n = static_cast<long>(bits.size());
-    if (dtype == DType::BF16)
-      kSkinnyAvx2.widen_bf16(reinterpret_cast<const Bf16*>(bits.data()), got.data(), n);
-    else
-      kSkinnyAvx2.widen_f16(reinterpret_cast<const F16*>(bits.data()), got.data(), n);
-    for (size_t i = 0; i < bits.size(); ++i) {
-      if (std::isnan(want[i]))
-        ASSERT_TRUE(std::isnan(got[i])) << dtype_name(dtype) << " bits " << bits[i];
-      else
-        ASSERT_EQ(got[i], want[i]) << dtype_name(dtype) << " bits " << bits[i];
+  check_widening(kSkinnyAvx2, "avx2");
+}
+
+TEST(CpuLinear, Avx512SkinnyKernelsMatchDoubleProduct) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  check_skinny(kSkinnyAvx512, "avx512");
+}
+
+TEST(CpuLinear, Avx512WideningIsExact) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  check_widening(kSkinnyAvx512, "avx512");
+}
+
+// skinny_gemm.h's fixed order makes the two vector sets give the same bits, so that results do
+// not depend on which x86-64 machine computed them: every row count up to kSkinnyRows (each tail
+// of both tile shapes), columns with and without a tail, every weight type.
+TEST(CpuLinear, Avx512GivesTheBitsOfAvx2) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  for (DType dtype : kDTypes) {
+    for (int in : {16, 77, 300}) {
+      for (int n = 1; n <= kSkinnyRows; ++n) {
+        const int out = 21;
+        const Weights w(dtype, random_values(size_t(out) * in, 13 + in, 0.1f));
+        const std::vector<float> x = random_values(size_t(n) * in, 14 + n);
+        std::vector<float> a(size_t(n) * out), b(a.size());
+        kernel_of(kSkinnyAvx2, dtype)({x.data(), n, in, w.data(), 0, out, a.data(), out, false});
+        kernel_of(kSkinnyAvx512, dtype)({x.data(), n, in, w.data(), 0, out, b.data(), out, false});
+        ASSERT_EQ(a, b) << dtype_name(dtype) << " n " << n << " in " << in;
+      }
     }
   }
 }

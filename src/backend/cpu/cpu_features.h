@@ -7,4 +7,7 @@ namespace photon::cpu {
 // AVX2, FMA and F16C, with the operating system saving the 256-bit registers.
 bool cpu_has_avx2();
 
+// AVX-512F besides the above, with the operating system saving the 512-bit and mask registers.
+bool cpu_has_avx512();
+
 }  // namespace photon::cpu

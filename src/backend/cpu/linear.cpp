@@ -2,7 +2,9 @@
 
 #include <cblas.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_features.h"
@@ -49,10 +51,19 @@ void gemm_chunk(const float* x, int n, const WeightMatrix& w, long o0, long o1, 
 }  // namespace
 
 const SkinnyKernels& skinny_kernels() {
+  static const SkinnyKernels& chosen = []() -> const SkinnyKernels& {
+    // $PHOTON_CPU_KERNELS caps the choice (photon.h), to compare kernels in one build or to rule
+    // one out; the results are the same bits with either vector set.
+    const char* cap = std::getenv("PHOTON_CPU_KERNELS");
+    const std::string widest = cap ? cap : "";
+    if (widest == "portable") return kSkinnyPortable;
 #if defined(PHOTON_X86_KERNELS)
-  if (cpu_has_avx2()) return kSkinnyAvx2;
+    if (cpu_has_avx512() && widest != "avx2") return kSkinnyAvx512;
+    if (cpu_has_avx2()) return kSkinnyAvx2;
 #endif
-  return kSkinnyPortable;
+    return kSkinnyPortable;
+  }();
+  return chosen;
 }
 
 void use_blas_single_threaded() {

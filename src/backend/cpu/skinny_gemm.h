@@ -12,7 +12,7 @@
 // agree to within f32 rounding.
 //
 // This header is included by the kernel files compiled for wider instruction sets: it must not
-// bring in inline code that other files share (see skinny_gemm_avx2.cpp).
+// bring in inline code with external linkage (see skinny_gemm_avx2.cpp).
 #pragma once
 
 #include <cstdint>
@@ -52,8 +52,10 @@ struct SkinnyKernels {
 extern const SkinnyKernels kSkinnyPortable;
 // AVX2 + FMA + F16C; only on x86-64 builds (PHOTON_X86_KERNELS), only where cpu_has_avx2() says.
 extern const SkinnyKernels kSkinnyAvx2;
+// AVX-512F, likewise, where cpu_has_avx512() says; the same bits as kSkinnyAvx2.
+extern const SkinnyKernels kSkinnyAvx512;
 
-// The widest of the above this CPU runs (defined in linear.cpp).
+// The widest of the above this CPU runs, at most $PHOTON_CPU_KERNELS (defined in linear.cpp).
 const SkinnyKernels& skinny_kernels();
 
 }  // namespace photon::cpu

@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include "backend/cpu/skinny_gemm_tiles.h"
+#include "backend/cpu/skinny_gemm_x86.h"
 
 namespace photon::cpu {
 
@@ -20,8 +21,11 @@ inline __m256 widen8(const F16* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-struct Avx2 {
+struct Avx2 : X86Common {
   static constexpr int kLanes = 8;
+  // 3 rows x 2 outputs x 2 partial-sum vectors and 2 weight vectors fill the 16 registers; one
+  // row keeps 4 outputs x 2 vectors = 8 sums in flight.
+  static constexpr int kRows = 3, kOutputs = 2, kOneRowOutputs = 4;
   using Vec = __m256;
 
   static Vec zero() { return _mm256_setzero_ps(); }
@@ -35,22 +39,8 @@ struct Avx2 {
   static Vec load(const Bf16* p) { return widen8(p); }
   static Vec load(const F16* p) { return widen8(p); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
-  // Lanes l and l + 8 are the two vectors; then the 128-bit halves (+ 4), + 2, + 1.
-  static float sum(const Vec* parts) {
-    const __m256 s8 = _mm256_add_ps(parts[0], parts[1]);
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-  }
-  static float scalar(const float* p) { return *p; }
-  static float scalar(const Bf16* p) {
-    return _mm_cvtss_f32(_mm_castsi128_ps(
-        _mm_cvtsi32_si128(static_cast<int>(static_cast<uint32_t>(p->bits) << 16))));
-  }
-  static float scalar(const F16* p) { return _cvtsh_ss(p->bits); }
-  static float fma1(float a, float b, float c) {
-    return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
-  }
+  // Lanes l and l + 8 are the two vectors.
+  static float sum(const Vec* parts) { return sum8(_mm256_add_ps(parts[0], parts[1])); }
 };
 
 template <class W>

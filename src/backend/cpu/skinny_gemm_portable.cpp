@@ -11,6 +11,7 @@ namespace {
 
 struct Portable {
   static constexpr int kLanes = 16;
+  static constexpr int kRows = 3, kOutputs = 2, kOneRowOutputs = 4;
   struct Vec {
     float v[16];
   };

@@ -5,6 +5,8 @@
 //   V::fma(a, b, c)             a * b + c per lane
 //   V::sum(parts)               the 16 partial sums of parts[0 .. 16 / kLanes) by the fixed tree
 //   V::scalar(p), V::fma1(a, b, c)   one element widened; one multiply-add
+//   V::kRows, V::kOutputs       the tile: rows x outputs computed together (the register file's
+//                               size sets it), and V::kOneRowOutputs, the outputs of a single row
 // Each kernel file includes this with its own traits, in an anonymous namespace.
 #pragma once
 
@@ -54,27 +56,38 @@ inline void skinny_tile(const float* x, int in, const W* w, float* y, int ldy, b
   }
 }
 
-// All rows against outputs [o, o + WB): three rows at a time (with two partial-sum vectors each on
-// AVX2, 3 x WB x 2 accumulators and WB weight vectors fill the 16 registers at WB = 2), then the rest.
+// Rows [r, r + rows) against outputs [o, o + WB), for a rows < V::kRows known only at run time.
+template <int R, class Tile>
+inline void skinny_tail(int rows, int r, const Tile& tile) {
+  if constexpr (R > 0) {
+    if (rows == R)
+      tile(std::integral_constant<int, R>{}, r);
+    else
+      skinny_tail<R - 1>(rows, r, tile);
+  }
+}
+
+// All rows against outputs [o, o + WB): V::kRows rows at a time (their accumulators and WB weight
+// vectors fill the register file), then the rest.
 // Fetching the next outputs' weights ahead pays with several rows or 16-bit weights (bf16 at one
 // row: 18% faster), but one row of f32 weights, one multiply-add per weight loaded, runs 2-4%
 // faster on the hardware prefetcher alone (docs/performance.md, issue 12).
 template <class V, class W, int WB>
 inline void skinny_outputs(const SkinnyArgs& a, const W* w, int o) {
+  constexpr int RB = V::kRows;
   const W* wo = w + static_cast<long>(o) * a.in;
   const bool fetch_ahead = a.n > 1 || !std::is_same_v<W, float>;
   const W* next = fetch_ahead && o + 2 * WB <= a.o1 ? wo + static_cast<long>(WB) * a.in : nullptr;
-  const int tiles = (a.n + 2) / 3;
+  const int tiles = (a.n + RB - 1) / RB;
   auto tile = [&](auto rows, int r) {
-    const W* fetch = next ? next + static_cast<long>(r / 3) * a.in / tiles : nullptr;
+    const W* fetch = next ? next + static_cast<long>(r / RB) * a.in / tiles : nullptr;
     skinny_tile<V, W, decltype(rows)::value, WB>(a.x + static_cast<long>(r) * a.in, a.in, wo,
                                                  a.y + static_cast<long>(r) * a.ldy + o, a.ldy,
                                                  a.accumulate, fetch, tiles);
   };
   int r = 0;
-  for (; r + 3 <= a.n; r += 3) tile(std::integral_constant<int, 3>{}, r);
-  if (a.n - r == 2) tile(std::integral_constant<int, 2>{}, r);
-  if (a.n - r == 1) tile(std::integral_constant<int, 1>{}, r);
+  for (; r + RB <= a.n; r += RB) tile(std::integral_constant<int, RB>{}, r);
+  skinny_tail<RB - 1>(a.n - r, r, tile);
 }
 
 template <class V, class W, int WB>
@@ -87,12 +100,12 @@ inline void skinny_range(const SkinnyArgs& a, const W* w) {
 template <class V, class W>
 void skinny(const SkinnyArgs& a) {
   const W* w = static_cast<const W*>(a.w);
-  // One row (a single session decoding) reads each weight once: four outputs at a time keep eight
-  // independent sums in flight.
+  // One row (a single session decoding) reads each weight once: its own tile keeps enough
+  // independent sums in flight to hide the multiply-add's latency.
   if (a.n == 1)
-    skinny_range<V, W, 4>(a, w);
+    skinny_range<V, W, V::kOneRowOutputs>(a, w);
   else
-    skinny_range<V, W, 2>(a, w);
+    skinny_range<V, W, V::kOutputs>(a, w);
 }
 
 }  // namespace

@@ -1,0 +1,89 @@
+// The skinny kernels for AVX-512F (x86-64 since 2017 for Intel, 2022 for AMD). This file alone is
+// compiled with -mavx512f -mfma -mf16c (src/CMakeLists.txt) and runs only where cpu_has_avx512()
+// says so; like skinny_gemm_avx2.cpp it includes no header with inline functions shared with
+// other files.
+//
+// One 16-lane vector holds the 16 partial sums of skinny_gemm.h, and its reduction adds lanes l and
+// l + 8 first, as the AVX2 kernels add their two vectors: both give the same bits. 16-bit weights
+// are widened exactly and multiplied in f32. AVX512-BF16's dot product would round the activations
+// to bf16 as well, losing the agreement with the f32 engine and the reference that the bf16 files
+// keep (docs/performance.md, issue 14).
+#include <immintrin.h>
+
+#include "backend/cpu/skinny_gemm_tiles.h"
+#include "backend/cpu/skinny_gemm_x86.h"
+
+namespace photon::cpu {
+
+namespace {
+
+// Every lane: the zero-masked forms of the intrinsics below, because GCC 12 warns that the unmasked
+// ones read an uninitialized vector (GCC bug 105593); the all-ones mask compiles away.
+constexpr __mmask16 kAll16 = 0xFFFF;
+constexpr __mmask8 kAll8 = 0xFF;
+
+// bf16 is the upper half of an f32: widen to 32 bits and shift.
+inline __m512 widen16(const Bf16* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(
+      _mm512_maskz_slli_epi32(kAll16, _mm512_maskz_cvtepu16_epi32(kAll16, h), 16));
+}
+
+inline __m512 widen16(const F16* p) {
+  return _mm512_maskz_cvtph_ps(kAll16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+struct Avx512 : X86Common {
+  static constexpr int kLanes = 16;
+  // 6 rows x 4 outputs of accumulators, 4 weight vectors and one activation vector take 29 of the
+  // 32 registers, and 24 multiply-adds need 10 loads; one row keeps 8 outputs' sums in flight.
+  static constexpr int kRows = 6, kOutputs = 4, kOneRowOutputs = 8;
+  using Vec = __m512;
+
+  static Vec zero() { return _mm512_setzero_ps(); }
+  // As in the AVX2 kernels: keep the loaded vector in a register rather than folding it into each
+  // multiply-add as a memory operand.
+  static Vec load(const float* p) {
+    Vec v = _mm512_loadu_ps(p);
+    __asm__("" : "+v"(v));
+    return v;
+  }
+  static Vec load(const Bf16* p) { return widen16(p); }
+  static Vec load(const F16* p) { return widen16(p); }
+  static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+  // Lanes l and l + 8 are the two 256-bit halves.
+  static float sum(const Vec* parts) {
+    const __m512d v = _mm512_castps_pd(parts[0]);
+    return sum8(_mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(kAll8, v, 0)),
+                              _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(kAll8, v, 1))));
+  }
+};
+
+template <class W>
+void widen(const W* src, float* dst, long n) {
+  long i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, widen16(src + i));
+  for (; i < n; ++i) dst[i] = Avx512::scalar(src + i);
+}
+
+// From 2 to 15 rows the products stream weights from memory with little arithmetic per byte, and
+// there the AVX2 kernels ran 6-12% faster than every AVX-512 tile shape tried (vanilla-600m at 8
+// sessions on a Zen 5 core; 1 row and 32 rows ran 10-17% faster with AVX-512: docs/performance.md,
+// issue 14). The bits are the same either way.
+constexpr int kMinWideRows = 16;
+
+template <class W, SkinnyKernel SkinnyKernels::*kAvx2>
+void skinny_avx512(const SkinnyArgs& a) {
+  if (a.n > 1 && a.n < kMinWideRows)
+    (kSkinnyAvx2.*kAvx2)(a);
+  else
+    skinny<Avx512, W>(a);
+}
+
+}  // namespace
+
+const SkinnyKernels kSkinnyAvx512 = {
+    skinny_avx512<float, &SkinnyKernels::f32>, skinny_avx512<Bf16, &SkinnyKernels::bf16>,
+    skinny_avx512<F16, &SkinnyKernels::f16>, widen<Bf16>, widen<F16>};
+
+}  // namespace photon::cpu

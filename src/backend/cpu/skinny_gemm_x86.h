@@ -1,0 +1,33 @@
+// What the AVX2 and AVX-512 kernels share: the end of the fixed reduction tree and the columns
+// after the last whole group of 16, one element at a time. Internal linkage (an anonymous namespace), so that each kernel file keeps its
+// own copy built for its own instruction set (see skinny_gemm_avx2.cpp).
+#pragma once
+
+#include <immintrin.h>
+
+#include "backend/cpu/skinny_gemm.h"
+
+namespace photon::cpu {
+namespace {
+
+struct X86Common {
+  // s8 holds s[l] + s[l + 8]: then the 128-bit halves (+ 4), + 2, + 1.
+  static float sum8(__m256 s8) {
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+  }
+  static float scalar(const float* p) { return *p; }
+  // bf16 is the upper half of an f32.
+  static float scalar(const Bf16* p) {
+    return _mm_cvtss_f32(_mm_castsi128_ps(
+        _mm_cvtsi32_si128(static_cast<int>(static_cast<uint32_t>(p->bits) << 16))));
+  }
+  static float scalar(const F16* p) { return _cvtsh_ss(p->bits); }
+  static float fma1(float a, float b, float c) {
+    return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+  }
+};
+
+}  // namespace
+}  // namespace photon::cpu
