@@ -22,8 +22,7 @@ constexpr long kSkinnyChunk = 64;
 // Outputs per BLAS call on the GEMM path.
 constexpr long kGemmChunk = 128;
 
-SkinnyKernel skinny_kernel(DType dtype) {
-  const SkinnyKernels& k = skinny_kernels();
+SkinnyKernel skinny_kernel(const SkinnyKernels& k, DType dtype) {
   return dtype == DType::F32 ? k.f32 : dtype == DType::BF16 ? k.bf16 : k.f16;
 }
 
@@ -76,10 +75,11 @@ void linear(const float* x, int n, const WeightMatrix& w, const float* bias, flo
   if (n <= 0 || w.out <= 0) return;
   const long out = w.out;
   const long macs = static_cast<long>(n) * out * w.in;
-  if (n <= kSkinnyRows) {
+  const SkinnyKernels& skinny = skinny_kernels();
+  if (n <= skinny.max_rows) {
     const long chunks = (out + kSkinnyChunk - 1) / kSkinnyChunk;
     const int t = std::min<long>(threads_for(macs, kMinMacsPerThread, threads), chunks);
-    const SkinnyKernel kernel = skinny_kernel(w.dtype);
+    const SkinnyKernel kernel = skinny_kernel(skinny, w.dtype);
     parallel_for(t, chunks, [&](long c, int) {
       kernel({x, n, w.in, w.data, static_cast<int>(c * kSkinnyChunk),
               static_cast<int>(std::min(out, (c + 1) * kSkinnyChunk)), y, w.out, accumulate});

@@ -40,12 +40,14 @@ struct SkinnyArgs {
 
 using SkinnyKernel = void (*)(const SkinnyArgs&);
 
-// The kernels of one instruction set: the skinny products per weight type, and the exact widening
-// of n 16-bit values to f32 (for the GEMM path).
+// The kernels of one instruction set: the skinny products per weight type, the exact widening of
+// n 16-bit values to f32 (for the GEMM path), and the most rows for which the skinny products beat
+// BLAS's GEMM (any row count gives correct results).
 struct SkinnyKernels {
   SkinnyKernel f32, bf16, f16;
   void (*widen_bf16)(const Bf16* src, float* dst, long n);
   void (*widen_f16)(const F16* src, float* dst, long n);
+  int max_rows;
 };
 
 // Plain C++ (any CPU).

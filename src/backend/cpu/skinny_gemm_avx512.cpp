@@ -68,9 +68,13 @@ void widen(const W* src, float* dst, long n) {
 
 // From 2 to 15 rows the products stream weights from memory with little arithmetic per byte, and
 // there the AVX2 kernels ran 6-12% faster than every AVX-512 tile shape tried (vanilla-600m at 8
-// sessions on a Zen 5 core; 1 row and 32 rows ran 10-17% faster with AVX-512: docs/performance.md,
-// issue 14). The bits are the same either way.
+// sessions on a Zen 5 core; 1 row and 32 rows ran 10-17% faster with AVX-512). The bits are the
+// same either way.
 constexpr int kMinWideRows = 16;
+// Up to 256 rows these beat OpenBLAS's GEMM, which this processor runs with its AVX2 kernels:
+// photon-600m RecGen at 32 sessions decoded 470 against 388 tok/s (a limit of 64 gained 3%, 128
+// 17%), a 200-token prefill ran 226 against 165 tok/s (docs/performance.md, issue 14).
+constexpr int kMaxRows = 256;
 
 template <class W, SkinnyKernel SkinnyKernels::*kAvx2>
 void skinny_avx512(const SkinnyArgs& a) {
@@ -82,8 +86,11 @@ void skinny_avx512(const SkinnyArgs& a) {
 
 }  // namespace
 
-const SkinnyKernels kSkinnyAvx512 = {
-    skinny_avx512<float, &SkinnyKernels::f32>, skinny_avx512<Bf16, &SkinnyKernels::bf16>,
-    skinny_avx512<F16, &SkinnyKernels::f16>, widen<Bf16>, widen<F16>};
+const SkinnyKernels kSkinnyAvx512 = {skinny_avx512<float, &SkinnyKernels::f32>,
+                                     skinny_avx512<Bf16, &SkinnyKernels::bf16>,
+                                     skinny_avx512<F16, &SkinnyKernels::f16>,
+                                     widen<Bf16>,
+                                     widen<F16>,
+                                     kMaxRows};
 
 }  // namespace photon::cpu

@@ -54,9 +54,16 @@ void widen(const W* src, float* dst, long n) {
   for (long i = 0; i < n; ++i) dst[i] = Portable::scalar(src + i);
 }
 
+// Beyond a few rows any BLAS is faster than portable loops.
+constexpr int kMaxRows = 32;
+
 }  // namespace
 
-const SkinnyKernels kSkinnyPortable = {skinny<Portable, float>, skinny<Portable, Bf16>,
-                                       skinny<Portable, F16>, widen<Bf16>, widen<F16>};
+const SkinnyKernels kSkinnyPortable = {skinny<Portable, float>,
+                                       skinny<Portable, Bf16>,
+                                       skinny<Portable, F16>,
+                                       widen<Bf16>,
+                                       widen<F16>,
+                                       kMaxRows};
 
 }  // namespace photon::cpu
