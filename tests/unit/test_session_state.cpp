@@ -268,17 +268,26 @@ TEST_F(SessionState, CancelFromAnotherThreadLeavesAValidSession) {
   photon_session* s = make(model, PHOTON_MODE_HIERGEN);
   const std::vector<int32_t> p = prompt(4);
   ASSERT_EQ(photon_session_prefill(s, p.data(), p.size()), PHOTON_OK);
-  std::atomic<int> seen{0};
+  // The third token's callback waits until the other thread has cancelled, so that the cancel
+  // lands mid-generation however the threads are scheduled (a small model generates 200 tokens
+  // before a busy machine runs the other thread).
+  struct Progress {
+    std::atomic<int> seen{0};
+    std::atomic<bool> cancelled{false};
+  } progress;
   auto count = [](void* user, int32_t, const char*, size_t, float) {
-    static_cast<std::atomic<int>*>(user)->fetch_add(1);
+    auto* state = static_cast<Progress*>(user);
+    if (state->seen.fetch_add(1) + 1 == 3)
+      while (!state->cancelled.load()) std::this_thread::yield();
     return 0;
   };
   std::thread canceller([&] {
-    while (seen.load() < 3) std::this_thread::yield();
+    while (progress.seen.load() < 3) std::this_thread::yield();
     photon_session_cancel(s);
+    progress.cancelled.store(true);
   });
   int32_t n = 0;
-  ASSERT_EQ(photon_session_generate(s, 200, count, &seen, &n), PHOTON_OK);
+  ASSERT_EQ(photon_session_generate(s, 200, count, &progress, &n), PHOTON_OK);
   canceller.join();
   EXPECT_EQ(photon_session_stop_reason(s), PHOTON_STOP_CANCELLED);
   EXPECT_LT(n, 200);
