@@ -35,26 +35,26 @@ bool detect_avx512() {
   // Bits 5 to 7: the mask registers and both halves of the 512-bit register file.
   return (xcr0() & 0xE6u) == 0xE6u;
 }
+#else
+// Builds without the x86 kernels have nothing to choose.
+bool detect_avx2() {
+  return false;
+}
+bool detect_avx512() {
+  return false;
+}
 #endif
 
 }  // namespace
 
 bool cpu_has_avx2() {
-#if defined(PHOTON_X86_KERNELS)
   static const bool has = detect_avx2();
   return has;
-#else
-  return false;
-#endif
 }
 
 bool cpu_has_avx512() {
-#if defined(PHOTON_X86_KERNELS)
   static const bool has = detect_avx512();
   return has;
-#else
-  return false;
-#endif
 }
 
 }  // namespace photon::cpu
