@@ -24,7 +24,7 @@ class EngineTest : public ::testing::TestWithParam<int> {
   void SetUp() override {
     const int levels = GetParam();
     config_ = levels == 0 ? photon::testing::tiny_vanilla() : photon::testing::tiny_photon(levels);
-    path_ = std::string(PHOTON_BINARY_DIR) + "/test_engine_" + std::to_string(levels) + ".photon";
+    path_ = photon::testing::scratch_model_path("test_engine_" + std::to_string(levels));
     photon::testing::write_test_model(config_, path_, 7 + levels);
     ASSERT_EQ(photon_model_load(path_.c_str(), nullptr, &model_), PHOTON_OK) << photon_last_error();
     meta_ = levels == 0 ? 4 : static_cast<int>(config_.block_tokens(levels));

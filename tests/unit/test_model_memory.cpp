@@ -19,7 +19,7 @@ struct Use {
 class ModelMemoryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = std::string(PHOTON_BINARY_DIR) + "/test_model_memory.photon";
+    path_ = photon::testing::scratch_model_path("test_model_memory");
     photon::testing::write_test_model(config_, path_, 3);
     ASSERT_EQ(photon_model_load(path_.c_str(), nullptr, &model_), PHOTON_OK) << photon_last_error();
   }

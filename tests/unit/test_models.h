@@ -2,6 +2,8 @@
 // so that distributions are peaked and greedy paths are stable under float rounding.
 #pragma once
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -15,6 +17,14 @@
 #include "tokenizer/tokenizer.h"
 
 namespace photon::testing {
+
+#if defined(PHOTON_BINARY_DIR)
+// A model file of this test process in the build folder: ctest runs each test in a process of its
+// own, several at once, so a fixed name would let one test remove the file another is loading.
+inline std::string scratch_model_path(const std::string& stem) {
+  return std::string(PHOTON_BINARY_DIR) + "/" + stem + "." + std::to_string(::getpid()) + ".photon";
+}
+#endif
 
 inline std::string read_binary(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -22,8 +22,8 @@ class RecGenContinuation : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     config_ = photon::testing::tiny_photon(GetParam());
-    path_ = std::string(PHOTON_BINARY_DIR) + "/test_recgen_continuation_" +
-            std::to_string(GetParam()) + ".photon";
+    path_ = photon::testing::scratch_model_path("test_recgen_continuation_" +
+                                                std::to_string(GetParam()));
     photon::testing::write_test_model(config_, path_, 31 + GetParam());
     ASSERT_EQ(photon_model_load(path_.c_str(), nullptr, &model_), PHOTON_OK) << photon_last_error();
     meta_ = static_cast<int>(config_.block_tokens(2));

@@ -26,12 +26,13 @@ class SessionState : public ::testing::Test {
   static void SetUpTestSuite() {
     for (int levels : {0, 2, 3}) {
       const std::string path =
-          std::string(PHOTON_BINARY_DIR) + "/test_state_" + std::to_string(levels) + ".photon";
+          photon::testing::scratch_model_path("test_state_" + std::to_string(levels));
       photon::testing::write_test_model(
           levels == 0 ? photon::testing::tiny_vanilla() : photon::testing::tiny_photon(levels),
           path, 100 + levels);
       photon_model* m = nullptr;
       ASSERT_EQ(photon_model_load(path.c_str(), nullptr, &m), PHOTON_OK) << photon_last_error();
+      std::remove(path.c_str());  // the loaded model keeps its mapping
       models_[levels] = m;
     }
   }

@@ -112,9 +112,7 @@ class Threads : public ::testing::Test {
     c.vocab_size = 4096;
     c.max_seq_len = 1024;
     c.stack = photon::testing::tiny_stack(4, 8, 4, 32, 768);
-    // One file per process: ctest runs each test of this suite in a process of its own, at once.
-    path_ = std::string(PHOTON_BINARY_DIR) + "/test_threads_vanilla_" + std::to_string(getpid()) +
-            ".photon";
+    path_ = photon::testing::scratch_model_path("test_threads_vanilla");
     photon::testing::write_test_model(c, path_, 21);
   }
   static void TearDownTestSuite() { std::remove(path_.c_str()); }
