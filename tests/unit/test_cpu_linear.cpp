@@ -77,8 +77,11 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
     ASSERT_NEAR(got[i], want[i], bound[i]) << what << " element " << i;
 }
 
-const Shape kSkinnyShapes[] = {{1, 64, 1},  {1, 1664, 35}, {2, 52, 7},    {3, 96, 50},
-                               {7, 33, 19}, {32, 256, 48}, {70, 416, 50}, {129, 52, 33}};
+// {53, 2100, 70}: AVX-512's blocked loops with two blocks of columns and a tail, two blocks of
+// outputs (the second with a tail) and five rows past the last whole tile.
+const Shape kSkinnyShapes[] = {{1, 64, 1},    {1, 1664, 35}, {2, 52, 7},
+                               {3, 96, 50},   {7, 33, 19},   {32, 256, 48},
+                               {70, 416, 50}, {129, 52, 33}, {53, 2100, 70}};
 // Beyond every kernel set's max_rows, so that BLAS runs them on every machine.
 const Shape kGemmShapes[] = {{257, 64, 40}, {300, 416, 200}, {513, 52, 33}};
 const DType kDTypes[] = {DType::F32, DType::BF16, DType::F16};
@@ -158,17 +161,18 @@ TEST(CpuLinear, Avx512WideningIsExact) {
 
 // skinny_gemm.h's fixed order makes the two vector sets give the same bits, so that results do
 // not depend on which x86-64 machine computed them: every row count up to 40 (each tail of both
-// tile shapes) and some up to the AVX-512 set's limit, columns with and without a tail, every
-// weight type.
+// tile shapes) and some up to the AVX-512 set's limit (its blocked loops from 48), columns with
+// and without a tail (2,100: two blocks of columns, and two blocks of 70 outputs), every weight
+// type.
 TEST(CpuLinear, Avx512GivesTheBitsOfAvx2) {
   if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F";
   for (DType dtype : kDTypes) {
-    for (int in : {16, 77, 300}) {
+    for (int in : {16, 77, 300, 2100}) {
       std::vector<int> rows;
       for (int n = 1; n <= 40; ++n) rows.push_back(n);
-      for (int n : {63, 64, 65, 127, 200, kSkinnyAvx512.max_rows}) rows.push_back(n);
+      for (int n : {47, 48, 53, 63, 64, 65, 127, 200, kSkinnyAvx512.max_rows}) rows.push_back(n);
       for (int n : rows) {
-        const int out = 21;
+        const int out = in > 1024 ? 70 : 21;
         const Weights w(dtype, random_values(size_t(out) * in, 13 + in, 0.1f));
         const std::vector<float> x = random_values(size_t(n) * in, 14 + n);
         std::vector<float> a(size_t(n) * out), b(a.size());
@@ -225,7 +229,7 @@ TEST(CpuLinear, SixteenBitWeightsGiveTheBitsOfTheirF32Values) {
 }
 
 TEST(CpuLinear, SkinnyRowsDoNotDependOnTheirNeighboursOrOutputRange) {
-  const Shape s{skinny_kernels().max_rows, 200, 37};
+  const Shape s{skinny_kernels().max_rows, 1100, 70};
   for (DType dtype : kDTypes) {
     const Weights w(dtype, random_values(size_t(s.out) * s.in, 11, 0.1f));
     const std::vector<float> x = random_values(size_t(s.n) * s.in, 12);

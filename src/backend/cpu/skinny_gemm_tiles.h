@@ -7,9 +7,11 @@
 //   V::scalar(p), V::fma1(a, b, c)   one element widened; one multiply-add
 //   V::kRows, V::kOutputs       the tile: rows x outputs computed together (the register file's
 //                               size sets it), and V::kOneRowOutputs, the outputs of a single row
+//   V::kBlockedRows             the fewest rows for skinny_blocked's loops (0: never)
 // Each kernel file includes this with its own traits, in an anonymous namespace.
 #pragma once
 
+#include <algorithm>
 #include <type_traits>
 
 #include "backend/cpu/skinny_gemm.h"
@@ -17,43 +19,79 @@
 namespace photon::cpu {
 namespace {
 
-// next: when not null, where this tile fetches the weight rows of the next outputs into the cache
-// while it computes, `spread` times slower than it walks its own (each of the `spread` tiles of a
-// block fetches its share): the hardware prefetcher alone leaves the multiply-adds waiting for
-// memory when several rows share each weight load.
+// The accumulators of RB rows x WB outputs: 16 / kLanes vectors of partial sums each.
 template <class V, class W, int RB, int WB>
-inline void skinny_tile(const float* x, int in, const W* w, float* y, int ldy, bool accumulate,
-                        const W* next, int spread) {
-  constexpr int P = 16 / V::kLanes;
-  typename V::Vec acc[RB][WB][P];
-  for (int i = 0; i < RB; ++i)
-    for (int j = 0; j < WB; ++j)
-      for (int p = 0; p < P; ++p) acc[i][j][p] = V::zero();
-  const int whole = in - in % 16;
-  for (int k = 0; k < whole; k += 16) {
-    if (next)
+struct Tile {
+  static constexpr int P = 16 / V::kLanes;
+  using Sums = typename V::Vec[RB][WB][P];
+  Sums acc;
+
+  void zero() {
+    for (int i = 0; i < RB; ++i)
       for (int j = 0; j < WB; ++j)
-        __builtin_prefetch(next + static_cast<long>(j) * in + k / spread);
-    for (int p = 0; p < P; ++p) {
-      const int at = k + p * V::kLanes;
-      typename V::Vec wv[WB];
-      for (int j = 0; j < WB; ++j) wv[j] = V::load(w + static_cast<long>(j) * in + at);
-      for (int i = 0; i < RB; ++i) {
-        const typename V::Vec xv = V::load(x + static_cast<long>(i) * in + at);
-        for (int j = 0; j < WB; ++j) acc[i][j][p] = V::fma(xv, wv[j], acc[i][j][p]);
+        for (int p = 0; p < P; ++p) acc[i][j][p] = V::zero();
+  }
+  void load(const Sums& saved) {
+    for (int i = 0; i < RB; ++i)
+      for (int j = 0; j < WB; ++j)
+        for (int p = 0; p < P; ++p) acc[i][j][p] = saved[i][j][p];
+  }
+  void save(Sums& saved) const {
+    for (int i = 0; i < RB; ++i)
+      for (int j = 0; j < WB; ++j)
+        for (int p = 0; p < P; ++p) saved[i][j][p] = acc[i][j][p];
+  }
+
+  // Columns [k0, k1) (whole groups of 16) into the partial sums. next: when not null, where this
+  // tile fetches the weight rows of the next outputs into the cache while it computes, `spread`
+  // times slower than it walks its own (each of the `spread` tiles of a block fetches its share):
+  // the hardware prefetcher alone leaves the multiply-adds waiting for memory when several rows
+  // share each weight load.
+  void steps(const float* x, int in, const W* w, int k0, int k1, const W* next, int spread) {
+    // A local copy, which the compiler keeps in registers (it stores a member back each step).
+    Sums a;
+    save(a);
+    for (int k = k0; k < k1; k += 16) {
+      if (next)
+        for (int j = 0; j < WB; ++j)
+          __builtin_prefetch(next + static_cast<long>(j) * in + k / spread);
+      for (int p = 0; p < P; ++p) {
+        const int at = k + p * V::kLanes;
+        typename V::Vec wv[WB];
+        for (int j = 0; j < WB; ++j) wv[j] = V::load(w + static_cast<long>(j) * in + at);
+        for (int i = 0; i < RB; ++i) {
+          const typename V::Vec xv = V::load(x + static_cast<long>(i) * in + at);
+          for (int j = 0; j < WB; ++j) a[i][j][p] = V::fma(xv, wv[j], a[i][j][p]);
+        }
+      }
+    }
+    load(a);
+  }
+
+  // The fixed tree, then the columns from `whole` on one at a time, into y.
+  void finish(const float* x, int in, const W* w, int whole, float* y, int ldy,
+              bool accumulate) const {
+    for (int i = 0; i < RB; ++i) {
+      for (int j = 0; j < WB; ++j) {
+        float s = V::sum(acc[i][j]);
+        for (int k = whole; k < in; ++k)
+          s = V::fma1(x[static_cast<long>(i) * in + k],
+                      V::scalar(w + static_cast<long>(j) * in + k), s);
+        float& out = y[static_cast<long>(i) * ldy + j];
+        out = accumulate ? out + s : s;
       }
     }
   }
-  for (int i = 0; i < RB; ++i) {
-    for (int j = 0; j < WB; ++j) {
-      float s = V::sum(acc[i][j]);
-      for (int k = whole; k < in; ++k)
-        s = V::fma1(x[static_cast<long>(i) * in + k], V::scalar(w + static_cast<long>(j) * in + k),
-                    s);
-      float& out = y[static_cast<long>(i) * ldy + j];
-      out = accumulate ? out + s : s;
-    }
-  }
+};
+
+template <class V, class W, int RB, int WB>
+inline void skinny_tile(const float* x, int in, const W* w, float* y, int ldy, bool accumulate,
+                        const W* next, int spread) {
+  const int whole = in - in % 16;
+  Tile<V, W, RB, WB> t;
+  t.zero();
+  t.steps(x, in, w, 0, whole, next, spread);
+  t.finish(x, in, w, whole, y, ldy, accumulate);
 }
 
 // Rows [r, r + rows) against outputs [o, o + WB), for a rows < V::kRows known only at run time.
@@ -97,6 +135,58 @@ inline void skinny_range(const SkinnyArgs& a, const W* w) {
   for (; o < a.o1; ++o) skinny_outputs<V, W, 1>(a, w, o);
 }
 
+// Many rows (at least V::kBlockedRows): each tile of V::kRows rows in turn against every group of
+// outputs of a block, kColumns columns at a time, so that the tile's activations stay in the
+// first-level cache for all the groups; the loops above read them again from the second level for
+// each group, which leaves the multiply-adds waiting (a quarter of the time at 128 rows). The
+// partial sums wait in `saved` between blocks of columns, unchanged, so the order of the
+// arithmetic is skinny_gemm.h's. The block's weights (at most kBlockBytes) stay in the second
+// level for all the tiles; the first tile fetches the next group's ahead, as skinny_outputs does.
+// Rows past the last whole tile, and outputs past the last whole group, take the loops above.
+template <class V, class W>
+inline void skinny_blocked(const SkinnyArgs& a, const W* w) {
+  constexpr int RB = V::kRows, WB = V::kOutputs;
+  constexpr int kColumns = 1024, kMaxOutputs = 64;
+  constexpr long kBlockBytes = 512 << 10;
+  using T = Tile<V, W, RB, WB>;
+  typename T::Sums saved[kMaxOutputs / WB];
+  const long in = a.in;
+  const int whole = a.in - a.in % 16;
+  const int rows = a.n - a.n % RB;
+  const int fit = static_cast<int>(kBlockBytes / (in * static_cast<long>(sizeof(W))));
+  const int block = std::clamp(fit - fit % WB, WB, kMaxOutputs);
+  for (int ob = a.o0; ob < a.o1; ob += block) {
+    const int oe = std::min(a.o1, ob + block);
+    const int groups = (oe - ob) / WB;
+    for (int r = 0; r < rows; r += RB) {
+      const float* x = a.x + r * in;
+      float* y = a.y + static_cast<long>(r) * a.ldy + ob;
+      for (int k0 = 0; k0 < whole; k0 += kColumns) {
+        const int k1 = std::min(whole, k0 + kColumns);
+        for (int g = 0; g < groups; ++g) {
+          const W* wg = w + (ob + g * WB) * in;
+          T t;
+          if (k0 == 0)
+            t.zero();
+          else
+            t.load(saved[g]);
+          t.steps(x, a.in, wg, k0, k1, r == 0 && g + 1 < groups ? wg + WB * in : nullptr, 1);
+          if (k1 < whole)
+            t.save(saved[g]);
+          else
+            t.finish(x, a.in, wg, whole, y + g * WB, a.ldy, a.accumulate);
+        }
+      }
+    }
+    SkinnyArgs rest = a;
+    rest.x = a.x + rows * in;
+    rest.n = a.n - rows;
+    rest.y = a.y + static_cast<long>(rows) * a.ldy;
+    for (int g = 0; g < groups; ++g) skinny_outputs<V, W, WB>(rest, w, ob + g * WB);
+    for (int o = ob + groups * WB; o < oe; ++o) skinny_outputs<V, W, 1>(a, w, o);
+  }
+}
+
 template <class V, class W>
 void skinny(const SkinnyArgs& a) {
   const W* w = static_cast<const W*>(a.w);
@@ -104,6 +194,8 @@ void skinny(const SkinnyArgs& a) {
   // independent sums in flight to hide the multiply-add's latency.
   if (a.n == 1)
     skinny_range<V, W, V::kOneRowOutputs>(a, w);
+  else if (V::kBlockedRows > 0 && a.n >= V::kBlockedRows && a.in >= 16)
+    skinny_blocked<V, W>(a, w);
   else
     skinny_range<V, W, V::kOutputs>(a, w);
 }
