@@ -14,9 +14,10 @@ struct WeightMatrix {
   int in = 0;
 };
 
-// Up to skinny_kernels().max_rows rows (decoding; with AVX-512 also short prompts and RecGen's
-// sibling windows) run the skinny kernels (skinny_gemm.h), whose results do not depend on the row
-// count or the threads; more rows run BLAS's GEMM, 16-bit weights widened a slice at a time. Either splits the outputs over at most `threads` threads, BLAS itself running
+// Up to skinny_kernels().max_rows rows (decoding; with AVX-512 also RecGen's sibling windows and
+// prompts, up to 4,096 rows) run the skinny kernels (skinny_gemm.h), whose results do not depend
+// on the row count or the threads; more rows run BLAS's GEMM, 16-bit weights widened a slice at a
+// time. Either splits the outputs over at most `threads` threads, BLAS itself running
 // single-threaded (use_blas_single_threaded). accumulate: y += x W^T instead of y = x W^T. bias
 // (may be null) is then added to every row.
 void linear(const float* x, int n, const WeightMatrix& w, const float* bias, float* y,

@@ -74,10 +74,11 @@ void widen(const W* src, float* dst, long n) {
 // sessions on a Zen 5 core; 1 row and 32 rows ran 10-17% faster with AVX-512). The bits are the
 // same either way.
 constexpr int kMinWideRows = 16;
-// Up to 256 rows these beat OpenBLAS's GEMM, which this processor runs with its AVX2 kernels:
-// photon-600m RecGen at 32 sessions decoded 470 against 388 tok/s (a limit of 64 gained 3%, 128
-// 17%), a 200-token prefill ran 226 against 165 tok/s (docs/performance.md, issue 14).
-constexpr int kMaxRows = 256;
+// With the blocked loops these beat OpenBLAS 0.3.21's GEMM, which a Zen 5 runs with its AVX2
+// kernels, at every row count measured: 300 to 4,096 rows of 1,664 or 4,096 columns ran 20-65%
+// faster (2 threads). Up to 256 rows the unblocked loops already did: photon-600m RecGen at 32
+// sessions decoded 470 against 388 tok/s (docs/performance.md, issue 14).
+constexpr int kMaxRows = 4096;
 
 template <class W, SkinnyKernel SkinnyKernels::*kAvx2>
 void skinny_avx512(const SkinnyArgs& a) {
