@@ -17,12 +17,21 @@ MARKERS = {False: ("<!-- quality-table: begin (training.report) -->",
                   "<!-- recgen-table: end -->")}
 
 ORDER = ["photon-a0", "photon-a03", "photon-a03-sg", "block", "vanilla", "photon-a0-ft-rg1",
-         "photon-a0-ft-rg3", "photon-kjv"]
+         "photon-a0-ft-rg3", "photon-rg", "photon-c8x2-a0", "photon-c8x2-a0-ft-rg1",
+         "photon-c8x2-rg", "photon-c8x2-rg-w15", "photon-c8x2-rg-w2", "photon-c16x2-rg", "photon-c32x2-rg", "photon-kjv"]
 NAMES = {"photon-a0": "PHOTON L=2 (C 4x4), alpha 0", "photon-a03": "PHOTON L=2 (C 4x4), alpha 0.3",
          "photon-a03-sg": "PHOTON L=2 (C 4x4), alpha 0.3, target detached",
          "block": "Block (PHOTON L=1, C 4)", "vanilla": "vanilla",
          "photon-a0-ft-rg1": "alpha 0 + RecGen fine-tune (0.2 M tokens, weight 1)",
          "photon-a0-ft-rg3": "alpha 0 + RecGen fine-tunes (0.2 M tokens at weight 1, 0.2 M at 3)",
+         "photon-rg": "PHOTON L=2 (C 4x4), RecGen loss from scratch (weight 1)",
+         "photon-c8x2-a0": "PHOTON L=2 (C 8x2), alpha 0",
+         "photon-c8x2-a0-ft-rg1": "C 8x2, alpha 0 + RecGen fine-tune (0.2 M tokens, weight 1)",
+         "photon-c8x2-rg": "PHOTON L=2 (C 8x2), RecGen loss from scratch (weight 1)",
+         "photon-c8x2-rg-w15": "PHOTON L=2 (C 8x2), RecGen loss from scratch (weight 1.5)",
+         "photon-c8x2-rg-w2": "PHOTON L=2 (C 8x2), RecGen loss from scratch (weight 2)",
+         "photon-c16x2-rg": "PHOTON L=2 (C 16x2), RecGen loss from scratch (weight 1)",
+         "photon-c32x2-rg": "PHOTON L=2 (C 32x2), RecGen loss from scratch (weight 1)",
          "photon-kjv": "models/photon-kjv.photon (f16)"}
 
 
