@@ -301,11 +301,24 @@ public final class BindingTest {
       churn(modelPath, i, false);
       if (i % 10 == 0) System.gc();
     }
-    System.gc();
-    System.runFinalization();
-    double late = rssMb();
+    // Finalizers run on their own thread after a collection has found their objects, so one
+    // round may leave a few models alive (RSS then reads 150-200 MB high, about one run in four
+    // on a loaded machine): a leak stays whatever the number of rounds, garbage does not.
+    double late = Double.MAX_VALUE;
+    int rounds = 0;
+    for (; rounds < 10 && late - baseline >= LATE_BOUND_MB; ++rounds) {
+      System.gc();
+      System.runFinalization();
+      late = Math.min(late, rssMb());
+      try {
+        Thread.sleep(50);
+      } catch (InterruptedException e) {
+        throw new AssertionError(e);
+      }
+    }
     System.out.printf("rss: %.1f MB after warm-up, %.1f MB after %d closed loops, %.1f MB after"
-        + " %d collected ones%n", baseline, closed, LOOPS, late, LATE_LOOPS);
+        + " %d collected ones (%d collection rounds)%n", baseline, closed, LOOPS, late, LATE_LOOPS,
+        rounds);
     check(closed - baseline < CLOSED_BOUND_MB && late - baseline < LATE_BOUND_MB, "memory grows");
   }
 
