@@ -18,7 +18,8 @@ MARKERS = {False: ("<!-- quality-table: begin (training.report) -->",
 
 ORDER = ["photon-a0", "photon-a03", "photon-a03-sg", "block", "vanilla", "photon-a0-ft-rg1",
          "photon-a0-ft-rg3", "photon-rg", "photon-c8x2-a0", "photon-c8x2-a0-ft-rg1",
-         "photon-c8x2-rg", "photon-c8x2-rg-w15", "photon-c8x2-rg-w2", "photon-c16x2-rg", "photon-c32x2-rg", "photon-kjv"]
+         "photon-c8x2-rg", "photon-c8x2-rg-w15", "photon-c8x2-rg-w2", "photon-c16x2-rg",
+         "photon-c32x2-rg", "photon-c32x2-rg-mix", "photon-c32x2-rg-ft-mix", "photon-kjv"]
 NAMES = {"photon-a0": "PHOTON L=2 (C 4x4), alpha 0", "photon-a03": "PHOTON L=2 (C 4x4), alpha 0.3",
          "photon-a03-sg": "PHOTON L=2 (C 4x4), alpha 0.3, target detached",
          "block": "Block (PHOTON L=1, C 4)", "vanilla": "vanilla",
@@ -32,6 +33,8 @@ NAMES = {"photon-a0": "PHOTON L=2 (C 4x4), alpha 0", "photon-a03": "PHOTON L=2 (
          "photon-c8x2-rg-w2": "PHOTON L=2 (C 8x2), RecGen loss from scratch (weight 2)",
          "photon-c16x2-rg": "PHOTON L=2 (C 16x2), RecGen loss from scratch (weight 1)",
          "photon-c32x2-rg": "PHOTON L=2 (C 32x2), RecGen loss from scratch (weight 1)",
+         "photon-c32x2-rg-mix": "C 32x2, RecGen loss and self-distillation (0.5) from scratch",
+         "photon-c32x2-rg-ft-mix": "C 32x2, RecGen loss + fine-tune with self-distillation (0.2 M)",
          "photon-kjv": "models/photon-kjv.photon (f16)"}
 
 
