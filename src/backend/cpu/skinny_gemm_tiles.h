@@ -192,12 +192,10 @@ void skinny(const SkinnyArgs& a) {
   const W* w = static_cast<const W*>(a.w);
   // One row (a single session decoding) reads each weight once: its own tile keeps enough
   // independent sums in flight to hide the multiply-add's latency.
-  if (a.n == 1)
-    skinny_range<V, W, V::kOneRowOutputs>(a, w);
-  else if (V::kBlockedRows > 0 && a.n >= V::kBlockedRows && a.in >= 16)
-    skinny_blocked<V, W>(a, w);
-  else
-    skinny_range<V, W, V::kOutputs>(a, w);
+  if (a.n == 1) return skinny_range<V, W, V::kOneRowOutputs>(a, w);
+  if constexpr (V::kBlockedRows > 0)
+    if (a.n >= V::kBlockedRows && a.in >= 16) return skinny_blocked<V, W>(a, w);
+  skinny_range<V, W, V::kOutputs>(a, w);
 }
 
 }  // namespace
