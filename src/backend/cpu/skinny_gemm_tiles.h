@@ -31,15 +31,10 @@ struct Tile {
       for (int j = 0; j < WB; ++j)
         for (int p = 0; p < P; ++p) acc[i][j][p] = V::zero();
   }
-  void load(const Sums& saved) {
+  static void copy(const Sums& from, Sums& to) {
     for (int i = 0; i < RB; ++i)
       for (int j = 0; j < WB; ++j)
-        for (int p = 0; p < P; ++p) acc[i][j][p] = saved[i][j][p];
-  }
-  void save(Sums& saved) const {
-    for (int i = 0; i < RB; ++i)
-      for (int j = 0; j < WB; ++j)
-        for (int p = 0; p < P; ++p) saved[i][j][p] = acc[i][j][p];
+        for (int p = 0; p < P; ++p) to[i][j][p] = from[i][j][p];
   }
 
   // Columns [k0, k1) (whole groups of 16) into the partial sums. next: when not null, where this
@@ -50,7 +45,7 @@ struct Tile {
   void steps(const float* x, int in, const W* w, int k0, int k1, const W* next, int spread) {
     // A local copy, which the compiler keeps in registers (it stores a member back each step).
     Sums a;
-    save(a);
+    copy(acc, a);
     for (int k = k0; k < k1; k += 16) {
       if (next)
         for (int j = 0; j < WB; ++j)
@@ -65,7 +60,7 @@ struct Tile {
         }
       }
     }
-    load(a);
+    copy(a, acc);
   }
 
   // The fixed tree, then the columns from `whole` on one at a time, into y.
@@ -169,10 +164,10 @@ inline void skinny_blocked(const SkinnyArgs& a, const W* w) {
           if (k0 == 0)
             t.zero();
           else
-            t.load(saved[g]);
+            T::copy(saved[g], t.acc);
           t.steps(x, a.in, wg, k0, k1, r == 0 && g + 1 < groups ? wg + WB * in : nullptr, 1);
           if (k1 < whole)
-            t.save(saved[g]);
+            T::copy(t.acc, saved[g]);
           else
             t.finish(x, a.in, wg, whole, y + g * WB, a.ldy, a.accumulate);
         }
