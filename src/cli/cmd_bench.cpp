@@ -241,14 +241,23 @@ int find_batch(const BenchModel& model, Row row, const Regime& regime, uint64_t 
     Progress progress("sizing " + model.name + " " + bench::row_name(row) + " " + regime.name +
                           " batch " + std::to_string(batch),
                       static_cast<double>(batch) * (regime.prompt + 1));
-    const BatchResult trial = run_batch(model, row, regime.prompt, 1,
-                                        regime.prompt + regime.generate, batch, seed, &progress);
+    BatchResult trial;
+    try {
+      trial = run_batch(model, row, regime.prompt, 1, regime.prompt + regime.generate, batch, seed,
+                        &progress);
+    } catch (const OutOfMemory& e) {
+      // The budget is more than the device has free (other models, the driver's own share).
+      trials.push_back({{"batch", batch}, {"fits", false}, {"error", e.what()}});
+      return false;
+    }
     const uint64_t peak = memory_peak_growth(model, trial);
     const bool ok = peak <= budget;
     trials.push_back({{"batch", batch}, {"peak_growth_bytes", peak}, {"fits", ok}});
     return ok;
   };
   if (!fits(1)) {
+    if (trials.back().contains("error"))
+      throw OutOfMemory(trials.back()["error"].get<std::string>());
     throw RuntimeFailure("one " + model.name + " " + bench::row_name(row) + " sample in " +
                          regime.name + " needs " +
                          human_bytes(trials.back()["peak_growth_bytes"].get<uint64_t>()) +

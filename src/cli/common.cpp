@@ -24,7 +24,9 @@ std::string library_message(photon_status status) {
 }  // namespace
 
 void check(photon_status status, const std::string& what) {
-  if (status != PHOTON_OK) throw RuntimeFailure(what + ": " + library_message(status));
+  if (status == PHOTON_OK) return;
+  if (status == PHOTON_ERR_OUT_OF_MEMORY) throw OutOfMemory(what + ": " + library_message(status));
+  throw RuntimeFailure(what + ": " + library_message(status));
 }
 
 void check_setting(photon_status status, const std::string& option) {

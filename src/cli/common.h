@@ -18,8 +18,14 @@ class RuntimeFailure : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// A RuntimeFailure from PHOTON_ERR_OUT_OF_MEMORY (callers that size batches try a smaller one).
+class OutOfMemory : public RuntimeFailure {
+ public:
+  using RuntimeFailure::RuntimeFailure;
+};
 
-// Throws RuntimeFailure "what: <photon_last_error()> (<status name>)" unless status is PHOTON_OK.
+// Throws RuntimeFailure "what: <photon_last_error()> (<status name>)" unless status is PHOTON_OK
+// (OutOfMemory for PHOTON_ERR_OUT_OF_MEMORY).
 void check(photon_status status, const std::string& what);
 // As check, but for a setting the user gave on the command line: throws UsageError.
 void check_setting(photon_status status, const std::string& option);

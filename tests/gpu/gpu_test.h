@@ -98,6 +98,9 @@ inline double relative_error(const std::vector<float>& out, const std::vector<fl
 constexpr double kF32Bound = 1e-5;
 constexpr double kTf32Bound = 2e-3;
 constexpr double kBf16Bound = 1e-2;
+// Products with 16-bit weights and two-term activations (cuda/split_activations.h): each
+// activation within 2^-18 of its value, about 1e-6 on a row; one bf16 rounding would be 1e-3.
+constexpr double kTwoTermBound = 3e-5;
 
 // Values rounded through a 16-bit type and widened again.
 inline std::vector<float> rounded_through(DType t, const std::vector<float>& v) {

@@ -149,7 +149,7 @@ TEST_F(GpuOps, LinearChunkerMatchesCpuNormAndProjection) {
   cuda::chunker_linear(gemm, upload(a), m, width, upload(norm), 1e-5f,
                        {upload(narrowed(DType::BF16, proj)), DType::BF16, out_dim, width},
                        upload(bias), out, scratch(), stream());
-  EXPECT_LT(relative_error(download(out, ref.size()), ref), kBf16Bound);
+  EXPECT_LT(relative_error(download(out, ref.size()), ref), kTwoTermBound);
 }
 
 }  // namespace

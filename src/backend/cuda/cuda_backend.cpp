@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "backend/cuda/convert.h"
 #include "backend/cuda/copy_rows.h"
@@ -17,6 +20,43 @@ namespace {
 constexpr size_t kInitialScratch = size_t{16} << 20;
 constexpr size_t kInitialPinned = size_t{4} << 20;
 constexpr size_t kGemmWorkspace = size_t{32} << 20;
+
+// Every backend's pool in the process, by device. A pool keeps what its model freed, so when an
+// allocation fails, the pools of the other models on the device (a process may load several)
+// are trimmed too before the last try. Never destroyed: backends may outlive static destructors.
+class PoolRegistry {
+ public:
+  static PoolRegistry& get() {
+    static PoolRegistry* registry = new PoolRegistry;
+    return *registry;
+  }
+  void add(int device, cudaMemPool_t pool) {
+    const std::lock_guard<std::mutex> guard(mutex_);
+    pools_.emplace_back(device, pool);
+  }
+  void remove(cudaMemPool_t pool) {
+    const std::lock_guard<std::mutex> guard(mutex_);
+    std::erase_if(pools_, [pool](const auto& entry) { return entry.second == pool; });
+  }
+  // Gives back to the device what every pool on it holds free (blocks whose frees are still
+  // queued on another backend's stream stay).
+  void trim(int device) {
+    const std::lock_guard<std::mutex> guard(mutex_);
+    for (const auto& [on, pool] : pools_)
+      if (on == device) cudaMemPoolTrimTo(pool, 0);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<int, cudaMemPool_t>> pools_;
+};
+
+// After an allocation failed: the backend's own pool (errors reported), then every pool on the
+// device. The caller has synchronized its stream, so its own freed blocks can all go.
+void trim_pools(cudaMemPool_t own, int device) {
+  PHOTON_CUDA_CHECK(cudaMemPoolTrimTo(own, 0));
+  PoolRegistry::get().trim(device);
+}
 
 // Whether a copy's destination meets another copy's source or destination (or its own source):
 // then the copies must run in order.
@@ -79,8 +119,17 @@ class CudaBackend::PinnedHost {
   size_t bytes_;
 };
 
-CudaBackend::Lock::Lock(const CudaBackend& backend)
-    : guard_(backend.mutex_), device_(backend.device_.info().ordinal) {}
+CudaBackend::Lock::Lock(const CudaBackend& backend, const char* op)
+    : guard_(backend.mutex_),
+      device_(backend.device_.info().ordinal),
+      profiler_(op != nullptr ? backend.profiler_.get() : nullptr),
+      stream_(backend.stream()) {
+  if (profiler_) profiler_->begin(op, stream_);
+}
+
+CudaBackend::Lock::~Lock() {
+  if (profiler_) profiler_->end(stream_);
+}
 
 CudaBackend::CudaBackend(const CudaOptions& options)
     : device_(options.ordinal), exact_f32_(options.exact_f32) {
@@ -110,6 +159,8 @@ CudaBackend::CudaBackend(const CudaOptions& options)
     cudaMemPoolDestroy(pool_);
     throw;
   }
+  PoolRegistry::get().add(device_.info().ordinal, pool_);
+  profiler_ = Profiler::from_environment(name());
 }
 
 CudaBackend::~CudaBackend() {
@@ -118,9 +169,11 @@ CudaBackend::~CudaBackend() {
   cudaGetDevice(&previous);
   cudaSetDevice(device_.info().ordinal);
   cudaStreamSynchronize(stream());
+  profiler_.reset();  // its report waits for its events on the stream
   gemm_.reset();
   scratch_ = Arena();
   pinned_.reset();
+  PoolRegistry::get().remove(pool_);
   cudaMemPoolDestroy(pool_);
   if (previous >= 0) cudaSetDevice(previous);
   cudaGetLastError();
@@ -136,10 +189,10 @@ void* CudaBackend::pool_allocate(size_t bytes, std::string_view what) {
   cudaError_t status = cudaMallocFromPoolAsync(&memory, bytes, pool_, stream());
   if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();
-    // The pool may hold freed blocks that do not fit this request: give them back to the device
-    // once the work that used them is done, then try once more.
+    // This pool, or another model's, may hold freed blocks that do not fit this request: give
+    // them back to the device once the work that used them is done, then try once more.
     synchronize();
-    PHOTON_CUDA_CHECK(cudaMemPoolTrimTo(pool_, 0));
+    trim_pools(pool_, device_.info().ordinal);
     status = cudaMallocFromPoolAsync(&memory, bytes, pool_, stream());
   }
   check_cuda(status, "allocation of " + describe_bytes(bytes) + " for " + std::string(what) +
@@ -173,7 +226,7 @@ void CudaBackend::reserve_scratch(size_t bytes, int pieces) {
     scratch_ = Arena(grown, "CUDA backend scratch");
   } catch (const Error& e) {
     if (e.status() != PHOTON_ERR_OUT_OF_MEMORY) throw;
-    PHOTON_CUDA_CHECK(cudaMemPoolTrimTo(pool_, 0));
+    trim_pools(pool_, device_.info().ordinal);
     scratch_ = Arena(need, "CUDA backend scratch");
   }
   memory_.add(scratch_.capacity());
@@ -210,12 +263,12 @@ float* CudaBackend::f32(const Tensor& t) const {
 }
 
 std::unique_ptr<Buffer> CudaBackend::allocate(size_t bytes, std::string_view what) {
-  Lock lock(*this);
+  Lock lock(*this, "allocate");
   return std::make_unique<PoolBuffer>(this, pool_allocate(bytes, what), bytes, memory_);
 }
 
 Tensor CudaBackend::weight(const HostWeight& source, std::string_view name) {
-  Lock lock(*this);
+  Lock lock(*this, "weight");
   const size_t count = static_cast<size_t>(source.rows) * static_cast<size_t>(source.cols);
   // Vectors (norms, biases, the start latent) are read as f32 by the kernels that take them.
   DType stored = source.dtype;
@@ -252,7 +305,7 @@ Tensor CudaBackend::weight(const HostWeight& source, std::string_view name) {
 
 void CudaBackend::upload(const Tensor& dst, const void* src) {
   if (dst.bytes() == 0) return;
-  Lock lock(*this);
+  Lock lock(*this, "upload");
   PHOTON_CUDA_CHECK(
       cudaMemcpyAsync(address(dst), src, dst.bytes(), cudaMemcpyHostToDevice, stream()));
   synchronize();  // src is the caller's, and may go when this returns
@@ -260,14 +313,14 @@ void CudaBackend::upload(const Tensor& dst, const void* src) {
 
 void CudaBackend::download(void* dst, const Tensor& src) {
   if (src.bytes() == 0) return;
-  Lock lock(*this);
+  Lock lock(*this, "download");
   PHOTON_CUDA_CHECK(
       cudaMemcpyAsync(dst, address(src), src.bytes(), cudaMemcpyDeviceToHost, stream()));
   synchronize();
 }
 
 void CudaBackend::copy_rows(std::span<const RowCopy> copies) {
-  Lock lock(*this);
+  Lock lock(*this, "copy_rows");
   std::vector<CopyDescriptor> descriptors;
   descriptors.reserve(copies.size());
   size_t largest = 0;

@@ -31,6 +31,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/linear.h"
+#include "backend/cuda/profiler.h"
 #include "backend/cuda/runtime.h"
 
 namespace photon::cuda {
@@ -75,14 +76,19 @@ class CudaBackend final : public Backend {
 
  private:
   // Held by every op: the backend's lock, with its device current on the calling thread (the
-  // thread's own device comes back afterwards).
+  // thread's own device comes back afterwards). An op names itself for the profiler.
   class Lock {
    public:
-    explicit Lock(const CudaBackend& backend);
+    explicit Lock(const CudaBackend& backend, const char* op = nullptr);
+    ~Lock();
+    Lock(const Lock&) = delete;
+    Lock& operator=(const Lock&) = delete;
 
    private:
     std::lock_guard<std::recursive_mutex> guard_;
     DeviceScope device_;
+    Profiler* profiler_;
+    cudaStream_t stream_;
   };
   class PinnedHost;
 
@@ -118,6 +124,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<PinnedHost> pinned_;
   size_t pinned_used_ = 0;
   std::vector<std::unique_ptr<Buffer>> weights_;
+  std::unique_ptr<Profiler> profiler_;  // PHOTON_CUDA_PROFILE; before the stream goes
 };
 
 }  // namespace photon::cuda

@@ -44,7 +44,7 @@ size_t bytes_of(size_t count) {
 
 void CudaBackend::embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) {
   if (ids.empty()) return;
-  Lock lock(*this);
+  Lock lock(*this, "embed");
   expect(out.rows == static_cast<int64_t>(ids.size()) && out.cols == table.cols,
          "embed: output shape");
   reserve_scratch(ids.size_bytes(), 1);
@@ -56,7 +56,7 @@ void CudaBackend::embed(const Tensor& table, std::span<const int32_t> ids, const
 
 void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) {
   if (x.rows == 0) return;
-  Lock lock(*this);
+  Lock lock(*this, "rmsnorm");
   expect(w.cols == x.cols && y.rows == x.rows && y.cols == x.cols, "rmsnorm: shapes");
   cuda::rmsnorm(f32(x), f32(w), f32(y), as_int(x.rows), as_int(x.cols), eps, stream());
 }
@@ -64,22 +64,20 @@ void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, flo
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
                          bool accumulate) {
   if (x.rows == 0 || w.rows == 0) return;
-  Lock lock(*this);
+  Lock lock(*this, "linear");
   expect(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows &&
              (bias == nullptr || bias->cols == w.rows),
          "linear: shapes");
-  // 16-bit weights take the activations rounded to their type.
-  const size_t rounded = w.dtype == DType::F32 ? 0 : static_cast<size_t>(x.rows) * x.cols * 2;
-  reserve_scratch(rounded, 1);
-  gemm_->linear(f32(x), as_int(x.rows),
-                DeviceMatrix{address(w), w.dtype, as_int(w.rows), as_int(w.cols)},
-                bias ? f32(*bias) : nullptr, f32(y), accumulate, scratch_, stream());
+  const DeviceMatrix weights{address(w), w.dtype, as_int(w.rows), as_int(w.cols)};
+  reserve_scratch(Gemm::scratch_bytes(as_int(x.rows), weights), 2);
+  gemm_->linear(f32(x), as_int(x.rows), weights, bias ? f32(*bias) : nullptr, f32(y), accumulate,
+                scratch_, stream());
 }
 
 void CudaBackend::rope_table(std::span<const int64_t> positions, int head_dim, float theta,
                              const Tensor& table) {
   if (positions.empty()) return;
-  Lock lock(*this);
+  Lock lock(*this, "rope_table");
   const int n = static_cast<int>(positions.size()), half = head_dim / 2;
   expect(table.rows * table.cols == 2 * static_cast<int64_t>(n) * half, "rope_table: shape");
   const std::vector<double> inv_freq = rope_inv_freq(head_dim, theta);
@@ -95,7 +93,7 @@ void CudaBackend::rope_table(std::span<const int64_t> positions, int head_dim, f
 
 void CudaBackend::rope(const Tensor& x, int heads, const Tensor& table) {
   if (x.rows == 0) return;
-  Lock lock(*this);
+  Lock lock(*this, "rope");
   const int head_dim = as_int(x.cols) / heads, half = head_dim / 2;
   expect(table.rows * table.cols == 2 * x.rows * half, "rope: table shape");
   float* cos = f32(table);
@@ -105,7 +103,7 @@ void CudaBackend::rope(const Tensor& x, int heads, const Tensor& table) {
 
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up) {
   if (gate.rows == 0) return;
-  Lock lock(*this);
+  Lock lock(*this, "swiglu");
   expect(up.rows == gate.rows && up.cols == gate.cols, "swiglu: shapes");
   cuda::swiglu(f32(gate), f32(up), static_cast<size_t>(gate.rows) * gate.cols, stream());
 }
@@ -136,7 +134,7 @@ std::vector<AttentionSegment> device_segments(std::span<const photon::AttentionS
 
 void CudaBackend::kv_append(const Tensor& k, const Tensor& v,
                             std::span<const photon::AttentionSegment> segments) {
-  Lock lock(*this);
+  Lock lock(*this, "kv_append");
   DType kv_dtype = DType::F32;
   const std::vector<AttentionSegment> segs = device_segments(
       segments, [this](const Tensor& t) { return address(t); }, k.rows, as_int(k.cols), &kv_dtype);
@@ -151,7 +149,7 @@ void CudaBackend::kv_append(const Tensor& k, const Tensor& v,
 
 void CudaBackend::attention(const Tensor& q, const photon::AttentionShape& shape,
                             std::span<const photon::AttentionSegment> segments, const Tensor& out) {
-  Lock lock(*this);
+  Lock lock(*this, "attention");
   AttentionShape s{shape.heads, shape.kv_heads, shape.head_dim, DType::F32};
   const std::vector<AttentionSegment> segs = device_segments(
       segments, [this](const Tensor& t) { return address(t); }, q.rows,
@@ -209,7 +207,7 @@ void CudaBackend::attention(const Tensor& q, const photon::AttentionShape& shape
 void CudaBackend::sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
                          float* logprobs) {
   if (rows.empty()) return;
-  Lock lock(*this);
+  Lock lock(*this, "sample");
   const int n = static_cast<int>(rows.size()), vocab = as_int(logits.cols);
   expect(logits.rows >= n, "sample: fewer logit rows than requests");
   std::vector<SampleParams> params;
@@ -226,15 +224,19 @@ void CudaBackend::sample(const Tensor& logits, std::span<const SampleRequest> ro
     std::copy(h.end() - params[i].recent_len, h.end(),
               recent.begin() + static_cast<ptrdiff_t>(i) * recent_stride);
   }
-  const int chunk = std::min(n, kSampleRows);
+  // Rows that need the sampler's workspace (640 KiB each at a 32K vocabulary) go kSampleRows at
+  // a time; batches without them go in one launch.
+  const bool workspace_needed = sample_needs_workspace(params, vocab);
+  const int chunk = workspace_needed ? std::min(n, kSampleRows) : n;
+  const size_t workspace_bytes = workspace_needed ? sample_workspace_bytes(chunk, vocab) : 0;
   reserve_scratch(bytes_of<SampleParams>(params.size()) + bytes_of<int32_t>(recent.size()) +
-                      sample_workspace_bytes(chunk, vocab) + bytes_of<int32_t>(n) +
-                      bytes_of<float>(n),
+                      workspace_bytes + bytes_of<int32_t>(n) + bytes_of<float>(n),
                   5);
   ArenaScope scope(scratch_);
   const SampleParams* staged_params = stage(std::span<const SampleParams>(params), "sampler");
   const int32_t* staged_recent = stage(std::span<const int32_t>(recent), "sampler history");
-  void* workspace = scratch_.take_bytes(sample_workspace_bytes(chunk, vocab), "sampler rows");
+  void* workspace =
+      workspace_needed ? scratch_.take_bytes(workspace_bytes, "sampler rows") : nullptr;
   int32_t* device_tokens = scratch_.take<int32_t>(n, "sampled tokens");
   float* device_logprobs = scratch_.take<float>(n, "sampled log-probabilities");
   const float* all = f32(logits);
@@ -260,7 +262,7 @@ void CudaBackend::sample(const Tensor& logits, std::span<const SampleRequest> ro
 
 void CudaBackend::logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) {
   if (targets.empty()) return;
-  Lock lock(*this);
+  Lock lock(*this, "logprobs");
   const int n = static_cast<int>(targets.size()), vocab = as_int(logits.cols);
   expect(logits.rows >= n, "logprobs: fewer logit rows than targets");
   reserve_scratch(targets.size_bytes() + bytes_of<float>(n), 2);

@@ -1,9 +1,10 @@
 #include "backend/cuda/linear.h"
 
+#include <algorithm>
 #include <string>
 
-#include "backend/cuda/convert.h"
 #include "backend/cuda/runtime.h"
+#include "backend/cuda/split_activations.h"
 
 namespace photon::cuda {
 
@@ -118,19 +119,26 @@ Gemm::Plan& Gemm::plan_for(const PlanKey& key) {
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
-void Gemm::linear(const float* x, int n, const DeviceMatrix& w, const float* bias, float* y,
-                  bool accumulate, Arena& scratch, cudaStream_t stream) {
-  if (n <= 0 || w.rows <= 0) return;
-  check(w.cols > 0 && w.data != nullptr, PHOTON_ERR_INTERNAL,
-        "cuda::Gemm::linear: a weight matrix without columns or data");
-  ArenaScope scope(scratch);
-  const void* operand = x;
-  if (w.dtype != DType::F32) {
-    const size_t count = static_cast<size_t>(n) * w.cols;
-    void* rounded = scratch.take_bytes(count * 2, "GEMM activations");
-    convert_from_f32(w.dtype, x, rounded, count, stream);
-    operand = rounded;
-  }
+namespace {
+
+// Rows split per GEMM, so that the two-term operand and the partial products of one chunk stay
+// within 64 MiB of scratch; decode steps are one chunk, long prompts several.
+int split_rows(int n, const DeviceMatrix& w) {
+  constexpr size_t kChunkBytes = size_t{64} << 20;
+  const size_t per_row = 2 * (static_cast<size_t>(w.cols) * 2 + static_cast<size_t>(w.rows) * 4);
+  return static_cast<int>(std::clamp<size_t>(kChunkBytes / per_row, 1, static_cast<size_t>(n)));
+}
+
+}  // namespace
+
+size_t Gemm::scratch_bytes(int n, const DeviceMatrix& w) {
+  if (n <= 0 || w.dtype == DType::F32) return 0;
+  const size_t rows = static_cast<size_t>(split_rows(n, w));
+  return 2 * rows * (static_cast<size_t>(w.cols) * 2 + static_cast<size_t>(w.rows) * 4);
+}
+
+void Gemm::product(const void* operand, int n, const DeviceMatrix& w, const float* bias, float* y,
+                   bool accumulate, cudaStream_t stream) {
   const PlanKey key{n,
                     w.cols,
                     w.rows,
@@ -146,6 +154,29 @@ void Gemm::linear(const float* x, int n, const DeviceMatrix& w, const float* bia
   PHOTON_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.op, &alpha, w.data, plan.a, operand, plan.b,
                                      &beta, y, plan.c, y, plan.c, &plan.algo, workspace_.data(),
                                      workspace_.bytes(), stream));
+}
+
+void Gemm::linear(const float* x, int n, const DeviceMatrix& w, const float* bias, float* y,
+                  bool accumulate, Arena& scratch, cudaStream_t stream) {
+  if (n <= 0 || w.rows <= 0) return;
+  check(w.cols > 0 && w.data != nullptr, PHOTON_ERR_INTERNAL,
+        "cuda::Gemm::linear: a weight matrix without columns or data");
+  if (w.dtype == DType::F32) return product(x, n, w, bias, y, accumulate, stream);
+  const int rows = split_rows(n, w);
+  for (int r0 = 0; r0 < n; r0 += rows) {
+    const int count = std::min(rows, n - r0);
+    const size_t in = static_cast<size_t>(count) * w.cols,
+                 out = static_cast<size_t>(count) * w.rows;
+    ArenaScope scope(scratch);
+    // operand: [2 count, w.cols], hi rows then lo rows; parts: [2 count, w.rows].
+    char* operand = static_cast<char*>(scratch.take_bytes(2 * in * 2, "GEMM activations"));
+    float* parts = scratch.take<float>(2 * out, "GEMM partial products");
+    split_activations(w.dtype, x + static_cast<size_t>(r0) * w.cols, in, operand, operand + in * 2,
+                      stream);
+    product(operand, 2 * count, w, nullptr, parts, /*accumulate=*/false, stream);
+    sum_halves(parts, count, w.rows, bias, accumulate, y + static_cast<size_t>(r0) * w.rows,
+               stream);
+  }
 }
 
 }  // namespace photon::cuda

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <climits>
 #include <string>
 
@@ -40,6 +41,17 @@ __device__ inline uint64_t splitmix64(uint64_t x) {
 __device__ inline double sample_uniform(uint64_t seed, int64_t position) {
   const uint64_t bits = splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(position));
   return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// A row that penalises repetitions edits a copy of its logits; one that ranks candidates (top-k,
+// top-p, min-p) sorts keys and stores running sums. Both live in the row's workspace; greedy and
+// plain-temperature rows read the logits in place and need none.
+__host__ __device__ inline bool penalized(const SampleParams& p) {
+  return p.repetition_penalty != 1.0f && p.recent_len > 0;
+}
+__host__ __device__ inline bool ranked(const SampleParams& p, int vocab) {
+  return p.temperature > 0.0f &&
+         ((p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f || p.min_p > 0.0f);
 }
 
 // Ascending keys order logits descending; -0 and +0 get one key, as they compare equal.
@@ -143,18 +155,17 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int int_scratch[32];
   __shared__ double double_scratch[32];
   __shared__ int compacted;
+  __shared__ double total;
   const int row = blockIdx.x, tid = threadIdx.x;
   const SampleParams p = params[row];
-  char* base = workspace + row * stride_bytes;
-  float* values = reinterpret_cast<float*>(base);
-  uint64_t* keys = reinterpret_cast<uint64_t*>(base + aligned(vocab * sizeof(float)));
-  double* sums = reinterpret_cast<double*>(reinterpret_cast<char*>(keys) +
-                                           aligned(padded_vocab * sizeof(uint64_t)));
-
   const float* logit_row = logits + static_cast<size_t>(row) * vocab;
-  for (int i = tid; i < vocab; i += kThreads) values[i] = logit_row[i];
-  __syncthreads();
-  if (p.repetition_penalty != 1.0f && p.recent_len > 0) {
+  const float* values = logit_row;
+  // The row's workspace: null for rows that need none (sample_needs_workspace).
+  char* base = penalized(p) || ranked(p, vocab) ? workspace + row * stride_bytes : nullptr;
+  if (penalized(p)) {
+    float* copy = reinterpret_cast<float*>(base);
+    for (int i = tid; i < vocab; i += kThreads) copy[i] = logit_row[i];
+    __syncthreads();
     // CTRL penalty once per distinct token: the first occurrence in the window applies it.
     const int32_t* window = recent + static_cast<size_t>(row) * recent_stride;
     for (int t = tid; t < p.recent_len; t += kThreads) {
@@ -162,53 +173,78 @@ __global__ void __launch_bounds__(kThreads)
       bool first = token >= 0 && token < vocab;
       for (int u = 0; u < t && first; ++u) first = window[u] != token;
       if (first) {
-        const float l = values[token];
-        values[token] = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
+        const float l = copy[token];
+        copy[token] = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
       }
     }
     __syncthreads();
+    values = copy;
   }
   if (p.temperature <= 0.0f) {
     const int best = block_argmax(values, vocab, float_scratch, int_scratch);
     if (tid == 0) tokens[row] = best;
     return;
   }
+  const double temperature = p.temperature;
 
-  // Candidates: by descending logit (ties by id) when top-k, top-p or min-p needs an order; the
-  // vocabulary in id order otherwise.
-  const bool top_k = p.top_k > 0 && p.top_k < vocab;
-  const bool nucleus = p.top_p < 1.0f || p.min_p > 0.0f;
-  const bool ordered = top_k || nucleus;
-  int keep = vocab;
-  if (ordered) {
-    const uint32_t limit = top_k ? kth_key(values, vocab, p.top_k, int_scratch) : 0xffffffffu;
-    if (tid == 0) compacted = 0;
-    __syncthreads();
-    for (int i = tid; i < vocab; i += kThreads) {
-      const uint32_t key = descending_key(values[i]);
-      if (key <= limit) keys[atomicAdd(&compacted, 1)] = (static_cast<uint64_t>(key) << 32) | i;
-    }
-    __syncthreads();
-    const int count = compacted;
-    int padded = 1;
-    while (padded < count) padded <<= 1;
-    for (int i = count + tid; i < padded; i += kThreads) keys[i] = ~0ull;
-    __syncthreads();
-    bitonic_sort(keys, padded);
-    keep = top_k ? p.top_k : count;
-  }
-  auto token_at = [&](int c) { return ordered ? static_cast<int>(keys[c] & 0xffffffffu) : c; };
-  float max_logit = 0.0f;
-  if (ordered) {
-    max_logit = values[token_at(0)];
-  } else {
+  if (!ranked(p, vocab)) {
+    // The vocabulary in id order. The ranked path below stores running sums; here each thread
+    // recomputes its chunk's instead (the same additions in the same order: the same bits).
     float m = -INFINITY;
     for (int i = tid; i < vocab; i += kThreads) m = fmaxf(m, values[i]);
-    max_logit = block_max(m, float_scratch);
+    const float max_logit = block_max(m, float_scratch);
+    auto prob = [&](int c) {
+      return exp((static_cast<double>(values[c]) - max_logit) / temperature);
+    };
+    const int per_thread = (vocab + kThreads - 1) / kThreads;
+    const int c0 = min(vocab, tid * per_thread), c1 = min(vocab, c0 + per_thread);
+    double local = 0.0;
+    for (int c = c0; c < c1; ++c) local += prob(c);
+    const double running = block_exclusive_scan(local, double_scratch);
+    double sum = running;
+    for (int c = c0; c < c1; ++c) sum += prob(c);
+    if (c0 < c1 && c1 == vocab) total = sum;  // the running sum at the last id
+    __syncthreads();
+    const double target = sample_uniform(p.seed, p.position) * total;
+    int chosen = INT_MAX;
+    sum = running;
+    for (int c = c0; c < c1; ++c) {
+      sum += prob(c);
+      if (target < sum) {
+        chosen = c;
+        break;
+      }
+    }
+    chosen = block_min(chosen, int_scratch);
+    if (tid == 0) tokens[row] = chosen == INT_MAX ? vocab - 1 : chosen;
+    return;
   }
 
+  // Candidates by descending logit (ties by id).
+  uint64_t* keys = reinterpret_cast<uint64_t*>(base + aligned(vocab * sizeof(float)));
+  double* sums = reinterpret_cast<double*>(reinterpret_cast<char*>(keys) +
+                                           aligned(padded_vocab * sizeof(uint64_t)));
+  const bool top_k = p.top_k > 0 && p.top_k < vocab;
+  const bool nucleus = p.top_p < 1.0f || p.min_p > 0.0f;
+  const uint32_t limit = top_k ? kth_key(values, vocab, p.top_k, int_scratch) : 0xffffffffu;
+  if (tid == 0) compacted = 0;
+  __syncthreads();
+  for (int i = tid; i < vocab; i += kThreads) {
+    const uint32_t key = descending_key(values[i]);
+    if (key <= limit) keys[atomicAdd(&compacted, 1)] = (static_cast<uint64_t>(key) << 32) | i;
+  }
+  __syncthreads();
+  const int count = compacted;
+  int padded = 1;
+  while (padded < count) padded <<= 1;
+  for (int i = count + tid; i < padded; i += kThreads) keys[i] = ~0ull;
+  __syncthreads();
+  bitonic_sort(keys, padded);
+  const int keep = top_k ? p.top_k : count;
+  auto token_at = [&](int c) { return static_cast<int>(keys[c] & 0xffffffffu); };
+  const float max_logit = values[token_at(0)];
+
   // Probabilities at the temperature, then running sums; each thread owns a contiguous chunk.
-  const double temperature = p.temperature;
   const double floor =
       p.min_p * exp((static_cast<double>(values[token_at(0)]) - max_logit) / temperature);
   const int per_thread = (keep + kThreads - 1) / kThreads;
@@ -258,6 +294,11 @@ size_t sample_workspace_bytes(int n, int vocab) {
   return static_cast<size_t>(n) * row_bytes(vocab);
 }
 
+bool sample_needs_workspace(std::span<const SampleParams> params, int vocab) {
+  return std::any_of(params.begin(), params.end(),
+                     [vocab](const SampleParams& p) { return penalized(p) || ranked(p, vocab); });
+}
+
 void sample_launch(const float* logits, int n, int vocab, const SampleParams* params,
                    const int32_t* recent, int recent_stride, void* workspace, int32_t* tokens,
                    cudaStream_t stream) {
@@ -284,7 +325,9 @@ void sample(const float* logits, int n, int vocab, std::span<const SampleParams>
   const SampleParams* device_params = stage(scratch, params, "sampler settings", stream);
   const int32_t* device_recent =
       recent.empty() ? nullptr : stage(scratch, recent, "sampler recent tokens", stream);
-  void* workspace = scratch.take_bytes(sample_workspace_bytes(n, vocab), "sampler workspace");
+  void* workspace = sample_needs_workspace(params, vocab)
+                        ? scratch.take_bytes(sample_workspace_bytes(n, vocab), "sampler workspace")
+                        : nullptr;
   sample_launch(logits, n, vocab, device_params, device_recent, recent_stride, workspace, tokens,
                 stream);
 }

@@ -51,9 +51,14 @@ inline SampleParams make_sample_params(const SamplerConfig& config, int64_t posi
 
 // Device scratch of sample_launch for n rows.
 size_t sample_workspace_bytes(int n, int vocab);
+// Whether any of these rows needs that scratch: rows that penalise repetitions or rank candidates
+// (top-k, top-p, min-p) do; greedy and plain-temperature rows read their logits in place, so a
+// batch of them runs in one launch of any size without scratch.
+bool sample_needs_workspace(std::span<const SampleParams> params, int vocab);
 
 // logits: [n, vocab] f32 (left unchanged); params: [n]; recent: [n, recent_stride] int32 (may be
-// null when no row is penalised); workspace: sample_workspace_bytes; tokens: [n] int32 out.
+// null when no row is penalised); workspace: sample_workspace_bytes(n, vocab), or null when
+// sample_needs_workspace is false; tokens: [n] int32 out.
 // All on the device.
 void sample_launch(const float* logits, int n, int vocab, const SampleParams* params,
                    const int32_t* recent, int recent_stride, void* workspace, int32_t* tokens,
