@@ -571,13 +571,29 @@ PHOTON_API photon_status photon_session_next_token(photon_session *session, int3
                                                    size_t *piece_len, float *logprob);
 
 /* ---------------------------------------------------------------------------------------------- */
-/* Batched decoding                                                                               */
+/* Batched prefill and decoding                                                                   */
 /* ---------------------------------------------------------------------------------------------- */
 
 /* Receives the tokens of photon_session_generate_batch; session_index is the session's index in the
  * array. Return non-zero to stop that session (the others go on). */
 typedef int (*photon_batch_callback)(void *user_data, size_t session_index, int32_t token,
                                      const char *piece, size_t piece_len, float logprob);
+
+/* Consumes tokens[i] (n_tokens[i] of them; tokens[i] may be NULL when that is 0) into sessions[i],
+ * as photon_session_prefill would for each, with the prompts of all sessions sharing each GEMM
+ * (passes of up to 512 tokens on the CPU, 4096 on a GPU; up to 512 of them from one session).
+ * Each session ends in the
+ * state photon_session_prefill would give it, and then generates the same tokens. Every session's
+ * tokens are checked before any is consumed: PHOTON_ERR_BAD_TOKEN or PHOTON_ERR_CONTEXT_FULL
+ * ("session i" in the message) leave all sessions unchanged. Fails with
+ * PHOTON_ERR_INVALID_ARGUMENT if the sessions do not share one model or a session appears twice.
+ * photon_session_cancel on any of the sessions stops the batch between passes
+ * (PHOTON_ERR_CANCELLED); each session then holds what photon_session_prefill keeps after a
+ * cancellation. */
+PHOTON_API photon_status photon_session_prefill_batch(photon_session *const *sessions,
+                                                      size_t n_sessions,
+                                                      const int32_t *const *tokens,
+                                                      const size_t *n_tokens);
 
 /* Advances n_sessions sessions of one model together, each by up to max_tokens tokens, with the
  * GEMMs of all sessions batched into one call per weight matrix. Sessions may differ in prompt length,

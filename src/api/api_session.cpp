@@ -198,6 +198,27 @@ photon_status photon_session_prefill_logprobs(photon_session* session, const int
   });
 }
 
+photon_status photon_session_prefill_batch(photon_session* const* sessions, size_t n_sessions,
+                                           const int32_t* const* tokens, const size_t* n_tokens) {
+  return guard([&] {
+    const char* function = "photon_session_prefill_batch";
+    require(sessions || n_sessions == 0, function, "sessions is NULL");
+    require(tokens || n_sessions == 0, function, "tokens is NULL");
+    require(n_tokens || n_sessions == 0, function, "n_tokens is NULL");
+    check_sessions({sessions, n_sessions}, function);
+    std::vector<photon::Session*> engine_sessions;
+    std::vector<std::span<const int32_t>> spans;
+    for (size_t i = 0; i < n_sessions; ++i) {
+      if (!tokens[i] && n_tokens[i] > 0)
+        photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": tokens of session " +
+                                                      std::to_string(i) + " is NULL");
+      engine_sessions.push_back(sessions[i]->session.get());
+      spans.emplace_back(tokens[i], n_tokens[i]);
+    }
+    photon::prefill_batch(engine_sessions, spans, function);
+  });
+}
+
 photon_status photon_session_generate(photon_session* session, int32_t max_tokens,
                                       photon_token_callback callback, void* user_data,
                                       int32_t* n_generated) {

@@ -68,6 +68,9 @@ class Backend {
   virtual ~Backend() = default;
   // "cpu", "cuda:0", ...
   virtual std::string name() const = 0;
+  // Rows worth gathering into one pass of a batched prefill: beyond them this device's GEMMs gain
+  // little and the pass's workspace only grows.
+  virtual int64_t prefill_pass_rows() const = 0;
 
   // ---- memory ----
   // Uninitialized memory (the CPU backs a page only when it is first written, so a KV cache sized

@@ -31,55 +31,101 @@ Tensor top_conditioner(const Model& model, const HierGenState& st) {
   return st.has_top ? st.top_last.tensor() : model.weights().start;
 }
 
-void hier_append(const Model& model, HierGenState& st, std::span<const int32_t> tokens,
-                 std::span<const int32_t> history, Workspace& ws) {
+void hier_append(const Model& model, std::span<const AppendJob> jobs, Workspace& ws) {
   Backend& b = ws.backend();
   const ModelConfig& c = model.config();
   const Weights& w = model.weights();
   const int L = c.num_levels();
+  const size_t n = jobs.size();
   // Bottom-up: the new latents of level l - 1 join the open unit's pending children; every C_l of
-  // them form a complete unit that the level-l encoder consumes.
+  // them form a complete unit that the level-l encoder consumes. Rows of `fresh` are the jobs'
+  // new latents, job after job.
+  std::vector<int32_t> ids;
+  std::vector<int64_t> n_fresh(n), units(n), first_row(n), first_unit(n);
+  for (size_t i = 0; i < n; ++i) {
+    ids.insert(ids.end(), jobs[i].tokens.begin(), jobs[i].tokens.end());
+    n_fresh[i] = static_cast<int64_t>(jobs[i].tokens.size());
+  }
   Slot fresh_slot = Slot::LatentA, encoded_slot = Slot::LatentB;
-  Tensor fresh = ws.get(fresh_slot, static_cast<int64_t>(tokens.size()), c.embed_dim);
-  b.embed(w.tok_emb_enc, tokens, fresh);
-  int64_t n_fresh = static_cast<int64_t>(tokens.size());
-  for (int l = 1; l <= L && n_fresh > 0; ++l) {
-    HierLevel& lv = st.level(l);
+  Tensor fresh = ws.get(fresh_slot, static_cast<int64_t>(ids.size()), c.embed_dim);
+  b.embed(w.tok_emb_enc, ids, fresh);
+  std::vector<EncodeJob> encodes;
+  std::vector<RowCopy> copies;
+  for (int l = 1; l <= L; ++l) {
     const int cl = c.level(l).chunk_len, dp = c.latent_dim(l - 1), dl = c.latent_dim(l);
-    const int64_t total = lv.n_pending + n_fresh, units = total / cl;
-    const Tensor all = ws.get(Slot::Pending, total, dp);  // [total, D_{l-1}]
-    b.copy_rows(
-        std::vector<RowCopy>{{all.slice(0, lv.n_pending), lv.pending.slice(0, lv.n_pending)},
-                             {all.slice(lv.n_pending, n_fresh), fresh.slice(0, n_fresh)}});
-    const Tensor encoded = ws.get(encoded_slot, units, dl);  // [units, D_l]
-    if (units > 0) {
-      const EncodeJob job{&lv.encoder, all.slice(0, units * cl), static_cast<int>(units), encoded};
-      encode_units(model, l, {&job, 1}, ws);
+    int64_t rows = 0, all_units = 0, fresh_rows = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const HierLevel& lv = jobs[i].state->level(l);
+      units[i] = (lv.n_pending + n_fresh[i]) / cl;
+      first_row[i] = rows;
+      first_unit[i] = all_units;
+      if (n_fresh[i] > 0) rows += lv.n_pending + n_fresh[i];
+      all_units += units[i];
     }
-    lv.n_pending = static_cast<int>(total - units * cl);
-    std::vector<RowCopy> copies{
-        {lv.pending.slice(0, lv.n_pending), all.slice(units * cl, lv.n_pending)}};
-    if (l == L && units > 0) {
-      copies.push_back({st.top_last, encoded.row(units - 1)});
-      st.has_top = true;
+    if (rows == 0) break;
+    const Tensor all = ws.get(Slot::Pending, rows, dp);          // [rows, D_{l-1}]
+    const Tensor encoded = ws.get(encoded_slot, all_units, dl);  // [units, D_l]
+    copies.clear();
+    encodes.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (n_fresh[i] == 0) continue;
+      HierLevel& lv = jobs[i].state->level(l);
+      const Tensor mine = all.slice(first_row[i], lv.n_pending + n_fresh[i]);
+      copies.push_back({mine.slice(0, lv.n_pending), lv.pending.slice(0, lv.n_pending)});
+      copies.push_back({mine.slice(lv.n_pending, n_fresh[i]), fresh.slice(fresh_rows, n_fresh[i])});
+      fresh_rows += n_fresh[i];
+      if (units[i] > 0)
+        encodes.push_back({&lv.encoder, mine.slice(0, units[i] * cl), static_cast<int>(units[i]),
+                           encoded.slice(first_unit[i], units[i])});
+    }
+    b.copy_rows(copies);
+    encode_units(model, l, encodes, ws);
+    copies.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (n_fresh[i] == 0) continue;
+      HierGenState& st = *jobs[i].state;
+      HierLevel& lv = st.level(l);
+      const int64_t left = lv.n_pending + n_fresh[i] - units[i] * cl;
+      copies.push_back({lv.pending.slice(0, left), all.slice(first_row[i] + units[i] * cl, left)});
+      lv.n_pending = static_cast<int>(left);
+      if (l == L && units[i] > 0) {
+        copies.push_back({st.top_last, encoded.row(first_unit[i] + units[i] - 1)});
+        st.has_top = true;
+      }
     }
     b.copy_rows(copies);
     std::swap(fresh_slot, encoded_slot);
     fresh = encoded;
     n_fresh = units;
   }
-  st.pos += static_cast<int64_t>(tokens.size());
+  for (const AppendJob& job : jobs) job.state->pos += static_cast<int64_t>(job.tokens.size());
   // Top-down: each level's open unit gets a fresh window over its complete children.
+  std::vector<WindowJob> windows;
   for (int l = L; l >= 1; --l) {
-    HierLevel& lv = st.level(l);
-    const Tensor cond = l == L ? top_conditioner(model, st) : st.level(l + 1).window.latest();
-    Tensor inputs = lv.pending.slice(0, lv.n_pending);
+    Tensor embedded;
     if (l == 1) {
-      inputs = ws.get(Slot::Embedded, lv.n_pending, c.token_dim);
-      b.embed(w.tok_emb_dec, history.subspan(history.size() - lv.n_pending), inputs);
+      ids.clear();
+      for (const AppendJob& job : jobs) {
+        const int open = job.state->level(1).n_pending;
+        ids.insert(ids.end(), job.history.end() - open, job.history.end());
+      }
+      embedded = ws.get(Slot::Embedded, static_cast<int64_t>(ids.size()), c.token_dim);
+      b.embed(w.tok_emb_dec, ids, embedded);
     }
-    const WindowJob job{&lv.window, cond, inputs};
-    run_windows(model, l, {&job, 1}, ws);
+    windows.clear();
+    int64_t row = 0;
+    for (const AppendJob& job : jobs) {
+      HierGenState& st = *job.state;
+      HierLevel& lv = st.level(l);
+      const Tensor cond = l == L ? top_conditioner(model, st) : st.level(l + 1).window.latest();
+      Tensor inputs = lv.pending.slice(0, lv.n_pending);
+      if (l == 1) {
+        inputs = embedded.slice(row, lv.n_pending);
+        row += lv.n_pending;
+      }
+      windows.push_back({&lv.window, cond, inputs});
+    }
+    run_windows(model, l, windows, ws);
   }
 }
 
@@ -186,8 +232,24 @@ class HierGenRunner final : public Runner {
       s.check_cancel();
       const auto slice = tokens.subspan(at, std::min(kPrefillSlice, tokens.size() - at));
       s.history.insert(s.history.end(), slice.begin(), slice.end());
-      hier_append(model_, st, slice, s.history, ws_);
+      const AppendJob job{&st, slice, s.history};
+      hier_append(model_, {&job, 1}, ws_);
     }
+  }
+
+  void prefill_batch(std::span<Session* const> sessions,
+                     std::span<const std::span<const int32_t>> tokens) override {
+    catch_up(sessions);
+    std::vector<AppendJob> jobs;
+    in_passes(sessions, tokens, [&](const PrefillPass& pass) {
+      jobs.clear();
+      for (size_t k = 0; k < pass.sessions.size(); ++k) {
+        Session& s = *pass.sessions[k];
+        s.history.insert(s.history.end(), pass.slices[k].begin(), pass.slices[k].end());
+        jobs.push_back({&s.as<HierGenState>(), pass.slices[k], s.history});
+      }
+      hier_append(model_, jobs, ws_);
+    });
   }
 
   void catch_up(std::span<Session* const> sessions) override {

@@ -33,11 +33,18 @@ struct HierGenState {
   Tensor hidden() const { return levels[0].window.latest(); }
 };
 
-// Consumes `tokens` in parallel (spec 5, prefill): the encoders step over every unit that
-// completes, then the windows of the open unit at every level are rebuilt top-down. `history` is
-// the full token history including `tokens` (level-1 windows take the open unit's tokens from it).
-void hier_append(const Model& model, HierGenState& st, std::span<const int32_t> tokens,
-                 std::span<const int32_t> history, Workspace& ws);
+// One state's part of hier_append: the tokens it consumes, and its full token history including
+// them (level-1 windows take the open unit's tokens from it).
+struct AppendJob {
+  HierGenState* state;
+  std::span<const int32_t> tokens;
+  std::span<const int32_t> history;
+};
+
+// Consumes each job's tokens in parallel (spec 5, prefill): the encoders step over every unit
+// that completes, then the windows of the open unit at every level are rebuilt top-down. The jobs
+// (distinct states) share each level's GEMMs.
+void hier_append(const Model& model, std::span<const AppendJob> jobs, Workspace& ws);
 
 // Consumes one token per state incrementally (spec 5, HierGen): it completes its level-1 unit or
 // feeds the level-1 window; a completed unit steps its level's encoder and feeds the parent, and so

@@ -43,26 +43,74 @@ class RecGenRunner final : public Runner {
     if (r.generated) return consume(s, tokens, logprobs);
     if (tokens.empty()) return;
     if (logprobs) teacher_forced_logprobs(model_, s.history, tokens, logprobs);
-    // RecGen keeps no encoder cache below the top, so a prompt (also one extended by a second
-    // prefill) is encoded in full once with temporary lower caches, which are then dropped.
-    std::vector<int32_t> prompt = s.history;
-    prompt.insert(prompt.end(), tokens.begin(), tokens.end());
+    Session* self = &s;
+    encode_prompts({&self, 1}, {&tokens, 1});
+  }
+
+  void prefill_batch(std::span<Session* const> sessions,
+                     std::span<const std::span<const int32_t>> tokens) override {
+    // Prompts go together in groups of at most pass_tokens() tokens, which bounds the temporary
+    // caches that encode_prompts holds at once.
+    std::vector<Session*> group;
+    std::vector<std::span<const int32_t>> group_tokens;
+    size_t group_size = 0;
+    auto flush = [&] {
+      for (Session* s : sessions) s->check_cancel();
+      if (!group.empty()) encode_prompts(group, group_tokens);
+      group.clear();
+      group_tokens.clear();
+      group_size = 0;
+    };
+    for (size_t i = 0; i < sessions.size(); ++i) {
+      Session& s = *sessions[i];
+      if (tokens[i].empty()) continue;
+      if (s.as<RecGenState>().generated) {
+        for (Session* other : sessions) other->check_cancel();
+        consume(s, tokens[i], nullptr);
+        continue;
+      }
+      const size_t size = s.history.size() + tokens[i].size();
+      if (group_size > 0 && group_size + size > pass_tokens()) flush();
+      group.push_back(&s);
+      group_tokens.push_back(tokens[i]);
+      group_size += size;
+    }
+    flush();
+  }
+
+  // RecGen keeps no encoder cache below the top, so each prompt (also one extended by a second
+  // prefill) is encoded in full once, with temporary lower caches that are then dropped; the
+  // sessions' prompts share each GEMM. A cancellation leaves every session as it was.
+  void encode_prompts(std::span<Session* const> sessions,
+                      std::span<const std::span<const int32_t>> tokens) {
     const ModelConfig& c = model_.config();
     const int L = c.num_levels();
-    const int64_t n = static_cast<int64_t>(prompt.size());
-    std::vector<int> caps;
-    for (int l = 1; l < L; ++l) caps.push_back(static_cast<int>(n / c.block_tokens(l)));
-    caps.push_back(r.top.capacity);
-    HierGenState st;
-    st.allocate(model_, caps);
-    const std::span<const int32_t> all(prompt);
-    for (size_t at = 0; at < prompt.size(); at += kPrefillSlice) {
-      s.check_cancel();  // nothing of this session has changed yet
-      const size_t end = std::min(prompt.size(), at + kPrefillSlice);
-      hier_append(model_, st, all.subspan(at, end - at), all.first(end), ws_);
+    const size_t n = sessions.size();
+    std::vector<std::vector<int32_t>> prompts(n);
+    std::vector<HierGenState> states(n);
+    for (size_t i = 0; i < n; ++i) {
+      prompts[i] = sessions[i]->history;
+      prompts[i].insert(prompts[i].end(), tokens[i].begin(), tokens[i].end());
+      const int64_t length = static_cast<int64_t>(prompts[i].size());
+      std::vector<int> caps;
+      for (int l = 1; l < L; ++l) caps.push_back(static_cast<int>(length / c.block_tokens(l)));
+      caps.push_back(sessions[i]->as<RecGenState>().top.capacity);
+      states[i].allocate(model_, caps);
     }
-    s.history = std::move(prompt);
-    build_from(s, st);
+    const std::vector<std::span<const int32_t>> whole(prompts.begin(), prompts.end());
+    std::vector<AppendJob> jobs;
+    in_passes(sessions, whole, [&](const PrefillPass& pass) {
+      jobs.clear();
+      for (size_t k = 0; k < pass.index.size(); ++k) {
+        const size_t i = pass.index[k];
+        const std::span<const int32_t> slice = pass.slices[k];
+        const size_t end = static_cast<size_t>(slice.data() - prompts[i].data()) + slice.size();
+        jobs.push_back({&states[i], slice, whole[i].first(end)});
+      }
+      hier_append(model_, jobs, ws_);
+    });
+    for (size_t i = 0; i < n; ++i) sessions[i]->history = std::move(prompts[i]);
+    build_from(sessions, states);
   }
 
   // Consumes known tokens as RecGen consumes tokens it sampled (spec 5; each enters only its own
@@ -335,27 +383,40 @@ class RecGenRunner final : public Runner {
     run_windows(model_, 1, jobs, ws_);
   }
 
-  // The RecGen state after a prompt consumed teacher-forced into `st`.
-  void build_from(Session& s, HierGenState& st) {
+  // The RecGen state of each session after its prompt was consumed teacher-forced into
+  // states[i].
+  void build_from(std::span<Session* const> sessions, std::span<HierGenState> states) {
     const ModelConfig& c = model_.config();
-    RecGenState& r = s.as<RecGenState>();
     const int L = c.num_levels();
-    const int64_t pos = st.pos;
-    r.top = std::move(st.level(L).encoder);  // the lower levels' caches die with `st`
-    r.top_last = std::move(st.top_last);
-    r.has_top = st.has_top;
-    Session* self = &s;
-    for (int l = L; l >= 2; --l) {
-      const Tensor cond = l == L ? (r.has_top ? r.top_last.tensor() : model_.weights().start)
-                                 : r.plans[l + 1].row(child_index(c, l, pos));
-      const Tensor children = st.level(l).pending.slice(0, st.level(l).n_pending);
-      compute_plans(l, {&self, 1}, {&cond, 1}, {&children, 1});
+    const size_t n = sessions.size();
+    for (size_t i = 0; i < n; ++i) {
+      RecGenState& r = sessions[i]->as<RecGenState>();
+      r.top = std::move(states[i].level(L).encoder);  // the lower caches die with `states`
+      r.top_last = std::move(states[i].top_last);
+      r.has_top = states[i].has_top;
     }
-    r.group_start = pos / c.block_tokens(2) * c.block_tokens(2);
+    std::vector<Tensor> conds(n), children(n);
+    for (int l = L; l >= 2; --l) {
+      for (size_t i = 0; i < n; ++i) {
+        RecGenState& r = sessions[i]->as<RecGenState>();
+        conds[i] = l == L ? (r.has_top ? r.top_last.tensor() : model_.weights().start)
+                          : r.plans[l + 1].row(child_index(c, l, states[i].pos));
+        children[i] = states[i].level(l).pending.slice(0, states[i].level(l).n_pending);
+      }
+      compute_plans(l, sessions, conds, children);
+    }
     const int c1 = c.level(1).chunk_len;
-    const int first = static_cast<int>((pos - r.group_start) / c1);
-    const std::vector<int32_t> open(s.history.end() - pos % c1, s.history.end());
-    open_groups({&self, 1}, {&first, 1}, {&open, 1});
+    std::vector<int> first(n);
+    std::vector<std::vector<int32_t>> open(n);
+    for (size_t i = 0; i < n; ++i) {
+      RecGenState& r = sessions[i]->as<RecGenState>();
+      const std::vector<int32_t>& history = sessions[i]->history;
+      const int64_t pos = states[i].pos;
+      r.group_start = pos / c.block_tokens(2) * c.block_tokens(2);
+      first[i] = static_cast<int>((pos - r.group_start) / c1);
+      open[i].assign(history.end() - pos % c1, history.end());
+    }
+    open_groups(sessions, first, open);
   }
 
   // Moves each session to its next level-2 unit: steps the top encoder where a top unit completes,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -52,6 +53,14 @@ class Runner {
   // under the mode's conditioning (NaN for a session's very first token).
   virtual void prefill(Session& s, std::span<const int32_t> tokens, float* logprobs) = 0;
   static constexpr size_t kPrefillSlice = 512;
+  // Consumes tokens[i] after sessions[i]'s history (sessions of this runner's mode, each once), as
+  // prefill() would without log-probabilities, with the sessions' rows sharing each GEMM: passes
+  // of at most the backend's prefill_pass_rows() tokens, slices of at most kPrefillSlice per
+  // session. A
+  // cancellation request on any of them stops the batch between passes (Error
+  // PHOTON_ERR_CANCELLED); each session then keeps what prefill() keeps.
+  virtual void prefill_batch(std::span<Session* const> sessions,
+                             std::span<const std::span<const int32_t>> tokens) = 0;
   // Brings the caches up to date with the histories.
   virtual void catch_up(std::span<Session* const> sessions) = 0;
   // Every lane ready after catch_up, in position order, starting at the session's next position.
@@ -70,6 +79,20 @@ class Runner {
   virtual void restore(Session& s, const StateReader& in) = 0;
 
  protected:
+  // One pass of a batched prefill: the sessions it advances and, for each, its next slice.
+  struct PrefillPass {
+    std::vector<size_t> index;  // of each session in the batch
+    std::vector<Session*> sessions;
+    std::vector<std::span<const int32_t>> slices;
+  };
+  // Tokens in one pass of a batched prefill (the backend's prefill_pass_rows()).
+  size_t pass_tokens() const;
+  // Splits prefill_batch's work into passes of at most pass_tokens() (in order; a session's slices
+  // in order), after honouring the sessions' cancellation requests before each.
+  void in_passes(std::span<Session* const> sessions,
+                 std::span<const std::span<const int32_t>> tokens,
+                 const std::function<void(const PrefillPass&)>& pass) const;
+
   const Model& model_;
   Workspace ws_;
 };

@@ -39,10 +39,8 @@ void Session::discard_ahead() {
   runner->rollback(*this);
 }
 
-void Session::prefill(std::span<const int32_t> tokens, std::string_view who, float* logprobs) {
+void Session::check_prefill(std::span<const int32_t> tokens, std::string_view who) const {
   stream.require_usable(who);
-  cancel_requested.store(false);
-  discard_ahead();
   const int32_t v = model.config().vocab_size;
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || tokens[i] >= v)
@@ -54,8 +52,38 @@ void Session::prefill(std::span<const int32_t> tokens, std::string_view who, flo
                                       std::to_string(tokens.size()) +
                                       " tokens exceed the session's context of " +
                                       std::to_string(context));
+}
+
+void Session::prefill(std::span<const int32_t> tokens, std::string_view who, float* logprobs) {
+  check_prefill(tokens, who);
+  cancel_requested.store(false);
+  discard_ahead();
   Session* self = this;
   changing({&self, 1}, [&] { runner->prefill(*this, tokens, logprobs); });
+}
+
+void prefill_batch(std::span<Session* const> sessions,
+                   std::span<const std::span<const int32_t>> tokens, std::string_view who) {
+  for (size_t i = 0; i < sessions.size(); ++i)
+    sessions[i]->check_prefill(tokens[i], std::string(who) + ": session " + std::to_string(i));
+  for (Session* s : sessions) {
+    s->cancel_requested.store(false);
+    s->discard_ahead();
+  }
+  changing(sessions, [&] {
+    std::vector<Session*> group;
+    std::vector<std::span<const int32_t>> group_tokens;
+    for (Mode mode : {Mode::HierGen, Mode::RecGen, Mode::Vanilla}) {
+      group.clear();
+      group_tokens.clear();
+      for (size_t i = 0; i < sessions.size(); ++i) {
+        if (sessions[i]->mode != mode) continue;
+        group.push_back(sessions[i]);
+        group_tokens.push_back(tokens[i]);
+      }
+      if (!group.empty()) group[0]->runner->prefill_batch(group, group_tokens);
+    }
+  });
 }
 
 void Session::set_sampler(const SamplerConfig& config, std::string_view who) {

@@ -62,6 +62,9 @@ struct Session {
   // photon_session_prefill(_logprobs): validates the tokens against the vocabulary and the
   // context, then consumes them in parallel; logprobs (may be null) as Runner::prefill.
   void prefill(std::span<const int32_t> tokens, std::string_view who, float* logprobs = nullptr);
+  // Throws what prefill() throws for these tokens (bad ids, a full context, an unusable session)
+  // without changing anything.
+  void check_prefill(std::span<const int32_t> tokens, std::string_view who) const;
   // photon_session_set_sampler.
   void set_sampler(const SamplerConfig& config, std::string_view who);
   // photon_session_kv_bytes.
@@ -71,6 +74,12 @@ struct Session {
   Session(const Model& m, Mode md, int ctx, const SamplerConfig& s)
       : model(m), mode(md), context(ctx), sampler(s) {}
 };
+
+// photon_session_prefill_batch: checks every session's tokens (messages say "session i") before
+// any is consumed, then consumes tokens[i] into sessions[i] (sessions of one model, each once),
+// the sessions of each mode together (Runner::prefill_batch).
+void prefill_batch(std::span<Session* const> sessions,
+                   std::span<const std::span<const int32_t>> tokens, std::string_view who);
 
 // Runs `body`, a step that changes the sessions' caches; if it fails (other than by cancellation,
 // which stops between consistent steps), the sessions are marked unusable.

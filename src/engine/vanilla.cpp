@@ -34,6 +34,17 @@ class VanillaRunner final : public Runner {
     }
   }
 
+  void prefill_batch(std::span<Session* const> sessions,
+                     std::span<const std::span<const int32_t>> tokens) override {
+    in_passes(sessions, tokens, [&](const PrefillPass& pass) {
+      for (size_t k = 0; k < pass.sessions.size(); ++k) {
+        std::vector<int32_t>& history = pass.sessions[k]->history;
+        history.insert(history.end(), pass.slices[k].begin(), pass.slices[k].end());
+      }
+      catch_up(pass.sessions);
+    });
+  }
+
   void catch_up(std::span<Session* const> sessions) override {
     // Every session's unconsumed tokens continue its own cache: one stack pass for all of them.
     const ModelConfig& c = model_.config();

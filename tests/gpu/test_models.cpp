@@ -195,23 +195,35 @@ TEST_P(GpuModels, GenerationMatchesTheCpu) {
   }
 }
 
-// photon_session_generate_batch on the GPU gives every session exactly what it gives alone there.
+// photon_session_prefill_batch and photon_session_generate_batch on the GPU give every session
+// what it gets alone there.
 TEST_P(GpuModels, BatchEqualsAlone) {
   const ModelPtr gpu = load(bf16_path_, "cuda");
   std::vector<SessionPtr> batch, alone;
   std::vector<photon_session*> handles;
+  std::vector<std::vector<int32_t>> prompts;
   int k = 0;
   for (photon_mode mode : modes())
     for (float temperature : {0.0f, 0.9f})
       for (int p = 0; p < 2; ++p, ++k) {
-        const std::vector<int32_t> prompt = sequence(5 + 7 * k, config_.vocab_size, k);
-        for (auto* list : {&batch, &alone}) {
-          list->push_back(session(gpu.get(), mode, temperature, 100 + k));
-          ASSERT_EQ(photon_session_prefill(list->back().get(), prompt.data(), prompt.size()),
-                    PHOTON_OK);
-        }
+        prompts.push_back(sequence(5 + 7 * k, config_.vocab_size, k));
+        batch.push_back(session(gpu.get(), mode, temperature, 100 + k));
+        alone.push_back(session(gpu.get(), mode, temperature, 100 + k));
+        ASSERT_EQ(photon_session_prefill(alone.back().get(), prompts.back().data(),
+                                         prompts.back().size()),
+                  PHOTON_OK);
         handles.push_back(batch.back().get());
       }
+  std::vector<const int32_t*> tokens;
+  std::vector<size_t> lengths;
+  for (const std::vector<int32_t>& p : prompts) {
+    tokens.push_back(p.data());
+    lengths.push_back(p.size());
+  }
+  ASSERT_EQ(
+      photon_session_prefill_batch(handles.data(), handles.size(), tokens.data(), lengths.data()),
+      PHOTON_OK)
+      << photon_last_error();
   struct Collected {
     std::vector<Generated> runs;
   } collected{std::vector<Generated>(handles.size())};

@@ -89,6 +89,19 @@ TEST_P(EngineTest, HierGenEqualsTeacherForcingAtEveryPromptLength) {
   }
 }
 
+// One prefill that completes several top-level units at once: the open unit is conditioned on
+// the last of them.
+TEST_P(EngineTest, HierGenAfterOneLongPrefillEqualsTeacherForcing) {
+  const int p = 3 * meta_ + 7;
+  photon_session* s = session(PHOTON_MODE_HIERGEN);
+  ASSERT_EQ(photon_session_prefill(s, sequence_.data(), p), PHOTON_OK) << photon_last_error();
+  Generated g;
+  ASSERT_EQ(photon_session_generate(s, meta_ + 3, collect, &g, nullptr), PHOTON_OK)
+      << photon_last_error();
+  expect_teacher_forced(p, g, "prompt " + std::to_string(p));
+  photon_session_free(s);
+}
+
 // A repetition penalty changes which token is chosen, not the distribution reported: each
 // logprob is the model's own, i.e. HierGen's teacher-forced score of the sequence it produced.
 TEST_P(EngineTest, PenalizedLogprobsAreTheModelsOwn) {
