@@ -1,7 +1,10 @@
 // Session benchmarks on the public API (issue 3):
 //   photon_session_bench throughput DIR   batched decode throughput at 1, 4, 16, 64 sessions
 //   photon_session_bench state DIR        saved-state bytes against context length
+//   photon_session_bench prefill DIR      prompts of many sessions: one prefill each against one
+//                                         photon_session_prefill_batch (alternating, best of 5)
 // DIR receives the random-weight models (photon-small, vanilla-small). Prints markdown tables.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -131,16 +134,78 @@ void state_sizes(const std::string& dir) {
   photon_model_free(vanilla);
 }
 
+// Seconds to prefill `n` fresh sessions with prompts of `tokens`, one call each or one batch.
+double prefill_seconds(photon_model* m, photon_mode mode, int n, int tokens, bool batch) {
+  std::vector<photon_session*> sessions;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<const int32_t*> data;
+  std::vector<size_t> lengths;
+  for (int i = 0; i < n; ++i) {
+    sessions.push_back(new_session(m, mode));
+    prompts.push_back(random_prompt(tokens, 91 + i, photon_model_vocab_size(m)));
+  }
+  for (const auto& p : prompts) {
+    data.push_back(p.data());
+    lengths.push_back(p.size());
+  }
+  const auto start = std::chrono::steady_clock::now();
+  if (batch) {
+    ok(photon_session_prefill_batch(sessions.data(), sessions.size(), data.data(), lengths.data()),
+       "prefill_batch");
+  } else {
+    for (int i = 0; i < n; ++i)
+      ok(photon_session_prefill(sessions[i], data[i], lengths[i]), "prefill");
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (photon_session* s : sessions) photon_session_free(s);
+  return seconds;
+}
+
+void prefill(const std::string& dir) {
+  photon_model* photon = make_model(dir, "photon-small");
+  photon_model* vanilla = make_model(dir, "vanilla-small");
+  struct Row {
+    const char* name;
+    photon_model* model;
+    photon_mode mode;
+  } rows[] = {{"photon-small RecGen", photon, PHOTON_MODE_RECGEN},
+              {"photon-small HierGen", photon, PHOTON_MODE_HIERGEN},
+              {"vanilla-small", vanilla, PHOTON_MODE_AUTO}};
+  std::printf(
+      "| model / mode | sessions x prompt | one prefill each, prompt tok/s | prefill_batch, prompt "
+      "tok/s | ratio |\n|---|---|---|---|---|\n");
+  for (const Row& row : rows) {
+    for (const auto& [n, tokens] : {std::pair{16, 128}, std::pair{4, 2048}}) {
+      double alone = 1e30, batch = 1e30;
+      prefill_seconds(row.model, row.mode, n, tokens, true);  // workspaces sized first
+      for (int r = 0; r < 5; ++r) {
+        alone = std::min(alone, prefill_seconds(row.model, row.mode, n, tokens, false));
+        batch = std::min(batch, prefill_seconds(row.model, row.mode, n, tokens, true));
+      }
+      const double total = static_cast<double>(n) * tokens;
+      std::printf("| %s | %d x %d | %.0f | %.0f | %.2f |\n", row.name, n, tokens, total / alone,
+                  total / batch, alone / batch);
+      std::fflush(stdout);
+    }
+  }
+  photon_model_free(photon);
+  photon_model_free(vanilla);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3 || (std::string(argv[1]) != "throughput" && std::string(argv[1]) != "state")) {
-    std::fprintf(stderr, "usage: photon_session_bench (throughput | state) DIR\n");
+  const std::string study = argc == 3 ? argv[1] : "";
+  if (study != "throughput" && study != "state" && study != "prefill") {
+    std::fprintf(stderr, "usage: photon_session_bench (throughput | state | prefill) DIR\n");
     return 2;
   }
-  if (std::string(argv[1]) == "throughput")
+  if (study == "throughput")
     throughput(argv[2]);
-  else
+  else if (study == "state")
     state_sizes(argv[2]);
+  else
+    prefill(argv[2]);
   return 0;
 }
