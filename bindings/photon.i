@@ -2,9 +2,10 @@
  *
  * Each language's file (java/photon_java.i, csharp/photon_csharp.i, go/internal/native/
  * native.swigcxx, python/photon_python.i) declares its %module, its typemaps for photon::Bytes
- * (byte arrays), photon::TokenIds (token id arrays) and photon::Logprobs (float arrays), its
- * exception handling and its naming, defines PHOTON_CLOSED_CHECK and PHOTON_FUNCTION_NAMES, and
- * then includes this file.
+ * (byte arrays), photon::TokenIds (token id arrays), photon::Logprobs (float arrays) and
+ * std::vector<photon::TokenIds> (a batch's token arrays: Go's TokenIdsVector, an array of arrays
+ * elsewhere), its exception handling and its naming, defines PHOTON_CLOSED_CHECK and
+ * PHOTON_FUNCTION_NAMES, and then includes this file.
  *
  * Whitelist: SWIG reads only photon_binding.hpp, a small C++ layer over include/photon.h. Its
  * classes (Model, Session, SessionOptions, TokenListener, BatchListener, the Mode / StopReason

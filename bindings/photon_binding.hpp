@@ -358,6 +358,33 @@ class Session {
     return run_batch(sessions, max_tokens, &listener);
   }
 
+  // Consumes tokens[i] into sessions[i] for sessions of one model, with the prompts of all of
+  // them sharing each matrix product; each session ends as prefill(tokens[i]) would leave it.
+  // Every session's tokens are checked first: a bad token or a full context leaves all sessions
+  // unchanged.
+  static void prefill_batch(const std::vector<Session*>& sessions,
+                            const std::vector<TokenIds>& tokens) {
+    if (sessions.size() != tokens.size()) {
+      throw PhotonError(PHOTON_ERR_INVALID_ARGUMENT,
+                        "photon: a batch of " + std::to_string(sessions.size()) +
+                            " sessions with " + std::to_string(tokens.size()) +
+                            " token lists (one per session)");
+    }
+    std::vector<photon_session*> handles;
+    std::vector<std::unique_ptr<Use>> uses;
+    claim_batch(sessions, handles, uses);
+    std::vector<const std::int32_t*> token_data;
+    std::vector<std::size_t> token_counts;
+    token_data.reserve(tokens.size());
+    token_counts.reserve(tokens.size());
+    for (const TokenIds& ids : tokens) {
+      token_data.push_back(ids.data());
+      token_counts.push_back(ids.size());
+    }
+    detail::check(photon_session_prefill_batch(handles.data(), handles.size(), token_data.data(),
+                                               token_counts.data()));
+  }
+
   // Pull-style generation: the next token's id, or -1 once generation stopped (stop_reason()
   // says why). last_piece() and last_logprob() describe the token just returned.
   int next_token() {
@@ -471,10 +498,11 @@ class Session {
     }
   }
 
-  static TokenIds run_batch(const std::vector<Session*>& sessions, int max_tokens,
-                            BatchListener* listener) {
-    std::vector<photon_session*> handles;
-    std::vector<std::unique_ptr<Use>> uses;
+  // Claims each session of a batch for the call (its Use guard, once per session) and collects
+  // the handles.
+  static void claim_batch(const std::vector<Session*>& sessions,
+                          std::vector<photon_session*>& handles,
+                          std::vector<std::unique_ptr<Use>>& uses) {
     for (const Session* session : sessions) {
       if (!session) throw PhotonError(PHOTON_ERR_INVALID_ARGUMENT, "photon: a null session");
       bool repeated = false;  // the library names a session given twice
@@ -482,6 +510,13 @@ class Session {
       if (!repeated) uses.push_back(std::make_unique<Use>(*session, Use::CHANGE));
       handles.push_back(session->get());
     }
+  }
+
+  static TokenIds run_batch(const std::vector<Session*>& sessions, int max_tokens,
+                            BatchListener* listener) {
+    std::vector<photon_session*> handles;
+    std::vector<std::unique_ptr<Use>> uses;
+    claim_batch(sessions, handles, uses);
     TokenIds generated(sessions.size());
     BatchCall call{listener, nullptr};
     const photon_status status = photon_session_generate_batch(

@@ -61,6 +61,21 @@ static void photon_csharp_vector_free(void *vector) {
 PHOTON_CSHARP_VECTOR_EXPORTS(bytes, photon::Bytes)
 PHOTON_CSHARP_VECTOR_EXPORTS(ids, photon::TokenIds)
 PHOTON_CSHARP_VECTOR_EXPORTS(floats, photon::Logprobs)
+
+/* The token arrays of a batch's sessions (prefill_batch): created with one empty list per session,
+ * each then filled from its array. */
+extern "C" SWIGEXPORT void *SWIGSTDCALL photon_csharp_id_lists_new(int count) {
+  return new std::vector<photon::TokenIds>(static_cast<size_t>(count > 0 ? count : 0));
+}
+extern "C" SWIGEXPORT void SWIGSTDCALL photon_csharp_id_lists_set(void *lists, int index,
+                                                                  const std::int32_t *data,
+                                                                  int size) {
+  (*static_cast<std::vector<photon::TokenIds> *>(lists))[static_cast<size_t>(index)].assign(
+      data, data + (size > 0 ? size : 0));
+}
+extern "C" SWIGEXPORT void SWIGSTDCALL photon_csharp_id_lists_free(void *lists) {
+  delete static_cast<std::vector<photon::TokenIds> *>(lists);
+}
 %}
 
 %pragma(csharp) imclassimports=%{
@@ -109,6 +124,25 @@ using System.Runtime.InteropServices;
   internal static extern void photon_csharp_ids_free(IntPtr vector);
   internal static IntPtr NewIds(int[] data, string name) =>
       photon_csharp_ids_new(data ?? throw new ArgumentNullException(name), data.Length);
+
+  [DllImport("$dllimport")]
+  static extern IntPtr photon_csharp_id_lists_new(int count);
+  [DllImport("$dllimport")]
+  static extern void photon_csharp_id_lists_set(IntPtr lists, int index, int[] data, int size);
+  [DllImport("$dllimport")]
+  internal static extern void photon_csharp_id_lists_free(IntPtr lists);
+  internal static IntPtr NewIdLists(global::System.Collections.Generic.IList<int[]> lists,
+                                    string name) {
+    if (lists == null) throw new ArgumentNullException(name);
+    for (int i = 0; i < lists.Count; ++i) {
+      if (lists[i] == null) throw new ArgumentNullException(name, $"{name}[{i}] is null");
+    }
+    IntPtr native = photon_csharp_id_lists_new(lists.Count);
+    for (int i = 0; i < lists.Count; ++i) {
+      photon_csharp_id_lists_set(native, i, lists[i], lists[i].Length);
+    }
+    return native;
+  }
 
   [DllImport("$dllimport")]
   internal static extern int photon_csharp_floats_size(IntPtr vector);
@@ -169,6 +203,17 @@ PHOTON_CSHARP_ARRAY(photon::Logprobs, float, floats)
     pre="    var native$csinput = $imclassname.NewIds($csinput, nameof($csinput));",
     post="      $imclassname.photon_csharp_ids_free(native$csinput);")
     const photon::TokenIds & "native$csinput"
+
+/* std::vector<photon::TokenIds> <- IList<int[]> (prefill_batch: one token array per session; only
+ * Session takes one, and it imports System.Collections.Generic). */
+%typemap(ctype) const std::vector<photon::TokenIds> & "void *"
+%typemap(imtype) const std::vector<photon::TokenIds> & "global::System.IntPtr"
+%typemap(cstype) const std::vector<photon::TokenIds> & "IList<int[]>"
+%typemap(in) const std::vector<photon::TokenIds> & %{ $1 = static_cast<$1_ltype>($input); %}
+%typemap(csin,
+    pre="    var native$csinput = $imclassname.NewIdLists($csinput, nameof($csinput));",
+    post="      $imclassname.photon_csharp_id_lists_free(native$csinput);")
+    const std::vector<photon::TokenIds> & "native$csinput"
 
 /* SessionOptions setters chain on the object itself: a new proxy for the returned reference would
  * not keep the options alive. */
@@ -233,6 +278,7 @@ PHOTON_CSHARP_GETTER(photon::Session, position, Position)
 %typemap(csclassmodifiers) std::vector<photon::Session *> "internal class"
 %csmethodmodifiers photon::Session::generate(int, TokenListener &) "internal";
 %csmethodmodifiers photon::Session::generate_batch "internal";
+%csmethodmodifiers photon::Session::prefill_batch "internal";
 %csmethodmodifiers photon::Session::next_token "internal";
 %csmethodmodifiers photon::Session::last_piece "internal";
 %csmethodmodifiers photon::Session::last_logprob "internal";
@@ -274,6 +320,17 @@ using System.Runtime.ExceptionServices;
         bridge.Error?.Throw();
         return generated;
       }
+    }
+  }
+
+  /// <summary>Consumes tokens[i] into sessions[i], for sessions of one model, with the prompts of
+  /// all of them sharing each matrix product; each session ends as Prefill(tokens[i]) would leave
+  /// it. Every session's tokens are checked first: a bad token or a full context throws
+  /// PhotonException and leaves all sessions unchanged.</summary>
+  public static void PrefillBatch(IList<Session> sessions, IList<int[]> tokens) {
+    if (sessions == null) throw new ArgumentNullException(nameof(sessions));
+    using (var vector = new SessionVector(sessions)) {
+      PrefillBatch(vector, tokens);
     }
   }
 

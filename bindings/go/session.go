@@ -290,6 +290,28 @@ func GenerateBatch(
 	return counts, callbackErr
 }
 
+// PrefillBatch consumes tokens[i] into sessions[i], for sessions of one model, with the prompts
+// of all of them sharing each matrix product; each session ends as Prefill(tokens[i]) would
+// leave it. Every session's tokens are checked first: a bad token or a full context returns the
+// *Error and leaves all sessions unchanged. sessions and tokens must have the same length.
+func PrefillBatch(sessions []*Session, tokens [][]int32) error {
+	vector := native.NewSessionVector()
+	defer native.DeleteSessionVector(vector)
+	for _, session := range sessions {
+		if session.native == nil {
+			return ErrClosed
+		}
+		vector.Add(session.native)
+	}
+	defer runtime.KeepAlive(sessions)
+	lists := native.NewTokenIdsVector()
+	defer native.DeleteTokenIdsVector(lists)
+	for _, ids := range tokens {
+		lists.Add(ids)
+	}
+	return call(func() { native.SessionPrefillBatch(vector, lists) })
+}
+
 // batchListener is the Go side of the SWIG director that receives a batch's tokens.
 type batchListener struct {
 	onToken    func(int, Token) error

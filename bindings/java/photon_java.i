@@ -201,6 +201,32 @@ PHOTON_JAVA_ARRAY(photon::TokenIds, jintArray, int[], jint, NewIntArray, GetIntA
 PHOTON_JAVA_ARRAY(photon::Logprobs, jfloatArray, float[], jfloat, NewFloatArray,
                   GetFloatArrayRegion, SetFloatArrayRegion)
 
+/* std::vector<photon::TokenIds> <- int[][] (prefill_batch: one token array per session). */
+%typemap(jni) const std::vector<photon::TokenIds> & "jobjectArray"
+%typemap(jtype) const std::vector<photon::TokenIds> & "int[][]"
+%typemap(jstype) const std::vector<photon::TokenIds> & "int[][]"
+%typemap(javain) const std::vector<photon::TokenIds> & "$javainput"
+%typemap(in) const std::vector<photon::TokenIds> & (std::vector<photon::TokenIds> lists) %{
+  if (!$input) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaNullPointerException, "null array");
+    return $null;
+  }
+  lists.resize(static_cast<size_t>(jenv->GetArrayLength($input)));
+  for (size_t i = 0; i < lists.size(); ++i) {
+    jintArray ids =
+        static_cast<jintArray>(jenv->GetObjectArrayElement($input, static_cast<jsize>(i)));
+    if (!ids) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaNullPointerException, "null token array");
+      return $null;
+    }
+    lists[i].resize(static_cast<size_t>(jenv->GetArrayLength(ids)));
+    jenv->GetIntArrayRegion(ids, 0, static_cast<jsize>(lists[i].size()),
+                            reinterpret_cast<jint *>(lists[i].data()));
+    jenv->DeleteLocalRef(ids);
+  }
+  $1 = &lists;
+%}
+
 /* SessionOptions setters chain on the object itself: a new proxy for the returned reference would
  * not keep the options alive. */
 %typemap(javaout) photon::SessionOptions & {
@@ -224,6 +250,7 @@ PHOTON_JAVA_ARRAY(photon::Logprobs, jfloatArray, float[], jfloat, NewFloatArray,
 %typemap(javaclassmodifiers) std::vector<photon::Session *> "final class"
 %javamethodmodifiers photon::Session::generate(int, TokenListener &) "";
 %javamethodmodifiers photon::Session::generate_batch "";
+%javamethodmodifiers photon::Session::prefill_batch "";
 %javamethodmodifiers photon::Session::next_token "";
 %javamethodmodifiers photon::Session::last_piece "";
 %javamethodmodifiers photon::Session::last_logprob "";
@@ -275,6 +302,21 @@ import java.util.stream.StreamSupport;
                               : generateBatch(vector, maxTokens, listener);
     } finally {
       if (listener != null) listener.delete();
+      vector.delete();
+    }
+  }
+
+  /**
+   * Consumes tokens.get(i) into sessions.get(i), for sessions of one model, with the prompts of
+   * all of them sharing each matrix product; each session ends as prefill(tokens.get(i)) would
+   * leave it. Every session's tokens are checked first: a bad token or a full context throws
+   * PhotonException and leaves all sessions unchanged.
+   */
+  public static void prefillBatch(List<Session> sessions, List<int[]> tokens) {
+    SessionVector vector = new SessionVector(sessions);
+    try {
+      prefillBatch(vector, tokens.toArray(new int[0][]));
+    } finally {
       vector.delete();
     }
   }

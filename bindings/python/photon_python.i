@@ -143,6 +143,29 @@ static bool photon_python_token_ids(PyObject *object, const char *name, photon::
   Py_DECREF(sequence);
   return ok;
 }
+
+/* One sequence of token ids per session of a batch: any sequence of them. */
+static bool photon_python_token_lists(PyObject *object, const char *name,
+                                      std::vector<photon::TokenIds> *out) {
+  if (PyUnicode_Check(object) || PyBytes_Check(object) || !PySequence_Check(object)) {
+    PyErr_Format(PyExc_TypeError,
+                 "photon: %s must be a sequence of token id sequences, not %.100s", name,
+                 Py_TYPE(object)->tp_name);
+    return false;
+  }
+  PyObject *sequence = PySequence_Fast(object, "photon: token lists must be a sequence");
+  if (!sequence) return false;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(sequence);
+  out->resize(static_cast<size_t>(n));
+  bool ok = true;
+  for (Py_ssize_t i = 0; ok && i < n; ++i) {
+    const std::string item = std::string(name) + "[" + std::to_string(i) + "]";
+    ok = photon_python_token_ids(PySequence_Fast_GET_ITEM(sequence, i), item.c_str(),
+                                 &(*out)[static_cast<size_t>(i)]);
+  }
+  Py_DECREF(sequence);
+  return ok;
+}
 %}
 
 %init %{
@@ -190,6 +213,7 @@ PHOTON_PYTHON_RELEASES_LOCK(photon::Session::history)
 PHOTON_PYTHON_RELEASES_LOCK(photon::Session::prefill)
 PHOTON_PYTHON_RELEASES_LOCK(photon::Session::generate)
 PHOTON_PYTHON_RELEASES_LOCK(photon::Session::generate_batch)
+PHOTON_PYTHON_RELEASES_LOCK(photon::Session::prefill_batch)
 PHOTON_PYTHON_RELEASES_LOCK(photon::Session::next_token)
 PHOTON_PYTHON_RELEASES_LOCK(photon::Session::save)
 PHOTON_PYTHON_RELEASES_LOCK(photon::Session::save_file)
@@ -248,7 +272,8 @@ PHOTON_PYTHON_RELEASES_LOCK(photon::Session::save_file)
 %typemap(freearg) const std::string & ""
 
 /* photon::Bytes <-> bytes (any bytes-like object in), photon::TokenIds <-> list of int (any
- * sequence of int in), photon::Logprobs -> list of float. */
+ * sequence of int in), photon::Logprobs -> list of float, std::vector<photon::TokenIds> <- any
+ * sequence of sequences of int (prefill_batch's token_lists). */
 %typemap(in) const photon::Bytes & (photon::Bytes bytes) %{
   {
     Py_buffer view;
@@ -272,6 +297,10 @@ PHOTON_PYTHON_RELEASES_LOCK(photon::Session::save_file)
 %typemap(in) const photon::TokenIds & (photon::TokenIds ids) %{
   if (!photon_python_token_ids($input, "$1_name", &ids)) SWIG_fail;
   $1 = &ids;
+%}
+%typemap(in) const std::vector<photon::TokenIds> & (std::vector<photon::TokenIds> lists) %{
+  if (!photon_python_token_lists($input, "token_lists", &lists)) SWIG_fail;
+  $1 = &lists;
 %}
 %typemap(out) photon::TokenIds %{
   $result = PyList_New(static_cast<Py_ssize_t>($1.size()));
@@ -319,6 +348,7 @@ PHOTON_PYTHON_CHAIN(add_stop_string)
 %rename(_generate_batch_quietly) photon::Session::generate_batch(const std::vector<Session *> &, int);
 %rename(_generate_batch_with)
     photon::Session::generate_batch(const std::vector<Session *> &, int, BatchListener &);
+%rename(_prefill_batch) photon::Session::prefill_batch;
 
 %include "photon_python_api.i"
 

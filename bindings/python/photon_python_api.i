@@ -191,6 +191,17 @@ def _require_callable(on_token):
         return Session._generate_batch_with(sessions, max_tokens,
                                             _BatchCallbackListener(on_token))
 
+    @staticmethod
+    def prefill_batch(sessions, token_lists):
+        """Consumes token_lists[i] (a sequence of int token ids) into sessions[i], for sessions of
+        one model, with the prompts of all of them sharing each matrix product; each session ends
+        as prefill(token_lists[i]) would leave it. Every session's tokens are checked first: a
+        bad token or a full context raises PhotonError and leaves all sessions unchanged."""
+        sessions = list(sessions)
+        for index, session in enumerate(sessions):
+            _require(session, Session, f"sessions[{index}]")
+        Session._prefill_batch(sessions, token_lists)
+
     def tokens(self, max_tokens):
         """An iterator over the next tokens (at most max_tokens), each generated when it is asked
         for."""

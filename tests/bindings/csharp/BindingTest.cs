@@ -12,6 +12,10 @@ using Photon;
 
 static class BindingTest {
   const string Prompt = "In the beginning God created the heaven and the earth.";
+  // Prompts of different lengths for the batched prefill.
+  static readonly string[] BatchPrompts = {
+    Prompt, "And the earth was without form.", "Let there be light."
+  };
   const int Warmup = 20, Loops = 200, LateLoops = 100;
   // RSS growth allowed over the loops, far below a leak's: a model kept alive holds ~30 MB.
   const double DisposedBoundMb = 64, LateBoundMb = 128;
@@ -127,6 +131,47 @@ static class BindingTest {
             "false stops one session of the batch: " + string.Join(",", counts));
       counts = Session.GenerateBatch(new[] { first, second }, 2);
       Check(counts.SequenceEqual(new[] { 2, 2 }), "without a callback");
+    }
+    TestPrefillBatch(model);
+  }
+
+  // PrefillBatch leaves each session as Prefill alone would (same position, same greedy tokens),
+  // and a bad token fails the batch before any session changes.
+  static void TestPrefillBatch(Model model) {
+    int[][] prompts = BatchPrompts.Select(text => model.Tokenize(text)).ToArray();
+    var positions = new List<int>();
+    var expected = new List<int[]>();
+    foreach (int[] tokens in prompts) {
+      using (var solo = new Session(model)) {
+        solo.Prefill(tokens);
+        positions.Add(solo.Position);
+        expected.Add(solo.Tokens(6).Select(t => t.Id).ToArray());
+      }
+    }
+    Session[] sessions = prompts.Select(_ => new Session(model)).ToArray();
+    try {
+      Session.PrefillBatch(sessions, prompts);
+      int[] batchedPositions = sessions.Select(s => s.Position).ToArray();
+      Check(batchedPositions.SequenceEqual(positions),
+            $"PrefillBatch positions: {string.Join(",", batchedPositions)} vs "
+                + string.Join(",", positions));
+      for (int i = 0; i < sessions.Length; ++i) {
+        int[] batched = sessions[i].Tokens(6).Select(t => t.Id).ToArray();
+        Check(batched.SequenceEqual(expected[i]),
+              $"PrefillBatch gives session {i} its own tokens: {string.Join(",", batched)} vs "
+                  + string.Join(",", expected[i]));
+      }
+      int[] before = sessions.Select(s => s.Position).ToArray();
+      var bad = new[] { new[] { 1 }, new[] { model.Bos, model.VocabSize }, new[] { 2 } };
+      PhotonException e = ExpectError(() => Session.PrefillBatch(sessions, bad),
+                                      "a token outside the vocabulary", "PHOTON_ERR_BAD_TOKEN");
+      Check(e.Message.Contains("session 1"), "the message names the session: " + e.Message);
+      Check(sessions.Select(s => s.Position).SequenceEqual(before),
+            "a bad token leaves every session unchanged");
+      ExpectError(() => Session.PrefillBatch(sessions, prompts.Take(2).ToArray()),
+                  "fewer token lists than sessions", "PHOTON_ERR_INVALID_ARGUMENT");
+    } finally {
+      foreach (var session in sessions) session.Dispose();
     }
   }
 

@@ -31,6 +31,9 @@ const (
 
 var sampling = photon.SessionOptions{Temperature: 0.8, Seed: 42}
 
+// Prompts of different lengths for the batched prefill.
+var batchPrompts = []string{prompt, "And the earth was without form.", "Let there be light."}
+
 func check(condition bool, format string, args ...interface{}) {
 	if !condition {
 		panic(fmt.Sprintf("check failed: "+format, args...))
@@ -191,6 +194,52 @@ func testBatch(model *photon.Model) {
 		first.StopReason() == photon.StopCallback, "ErrStop stops one session: %v", counts)
 	counts, err = photon.GenerateBatch([]*photon.Session{first, second}, 2, nil)
 	check(err == nil && reflect.DeepEqual(counts, []int{2, 2}), "without a callback: %v", counts)
+	testPrefillBatch(model)
+}
+
+// testPrefillBatch: PrefillBatch leaves each session as Prefill alone would (same position, same
+// greedy tokens), and a bad token fails the batch before any session changes.
+func testPrefillBatch(model *photon.Model) {
+	var prompts [][]int32
+	var positions []int
+	var expected [][]int32
+	for _, text := range batchPrompts {
+		tokens := must(model.Tokenize(text, true))
+		solo := must(model.NewSession(nil))
+		check(solo.Prefill(tokens) == nil, "prefill alone")
+		prompts = append(prompts, tokens)
+		positions = append(positions, solo.Position())
+		expected = append(expected, ids(pull(solo, 6)))
+		solo.Close()
+	}
+	var sessions []*photon.Session
+	for range prompts {
+		session := must(model.NewSession(nil))
+		defer session.Close()
+		sessions = append(sessions, session)
+	}
+	check(photon.PrefillBatch(sessions, prompts) == nil, "PrefillBatch")
+	var batched [][]int32
+	for i, session := range sessions {
+		check(session.Position() == positions[i], "session %d's position: %d vs %d", i,
+			session.Position(), positions[i])
+		batched = append(batched, ids(pull(session, 6)))
+	}
+	check(reflect.DeepEqual(batched, expected),
+		"PrefillBatch gives each session its own tokens: %v vs %v", batched, expected)
+	before := []int{}
+	for _, session := range sessions {
+		before = append(before, session.Position())
+	}
+	bad := [][]int32{{1}, {int32(model.BOS()), int32(model.VocabSize())}, {2}}
+	err := expectError(photon.PrefillBatch(sessions, bad), "a token outside the vocabulary",
+		"PHOTON_ERR_BAD_TOKEN")
+	check(strings.Contains(err.Message, "session 1"), "the message names the session: %s", err)
+	for i, session := range sessions {
+		check(session.Position() == before[i], "a bad token leaves session %d unchanged", i)
+	}
+	expectError(photon.PrefillBatch(sessions, prompts[:2]), "fewer token lists than sessions",
+		"PHOTON_ERR_INVALID_ARGUMENT")
 }
 
 // testRanges: ints the library's 32-bit parameters cannot hold are errors, never wrapped

@@ -20,6 +20,9 @@ import java.util.stream.Collectors;
 
 public final class BindingTest {
   static final String PROMPT = "In the beginning God created the heaven and the earth.";
+  // Prompts of different lengths for the batched prefill.
+  static final List<String> BATCH_PROMPTS =
+      List.of(PROMPT, "And the earth was without form.", "Let there be light.");
   static final int WARMUP = 20;
   static final int LOOPS = 200;
   static final int LATE_LOOPS = 100;
@@ -153,6 +156,49 @@ public final class BindingTest {
           "false stops one session of the batch: " + Arrays.toString(counts));
       counts = Session.generateBatch(List.of(first, second), 2, null);
       check(Arrays.equals(counts, new int[] {2, 2}), "without a callback");
+    }
+    testPrefillBatch(model);
+  }
+
+  // prefillBatch leaves each session as prefill alone would (same position, same greedy tokens),
+  // and a bad token fails the batch before any session changes.
+  static void testPrefillBatch(Model model) {
+    List<int[]> prompts = new ArrayList<>();
+    List<Integer> positions = new ArrayList<>();
+    List<List<Integer>> expected = new ArrayList<>();
+    for (String text : BATCH_PROMPTS) {
+      int[] tokens = model.tokenize(text);
+      try (Session solo = new Session(model)) {
+        solo.prefill(tokens);
+        prompts.add(tokens);
+        positions.add(solo.position());
+        expected.add(ids(solo.stream(6).collect(Collectors.toList())));
+      }
+    }
+    try (Session first = new Session(model); Session second = new Session(model);
+        Session third = new Session(model)) {
+      List<Session> sessions = List.of(first, second, third);
+      Session.prefillBatch(sessions, prompts);
+      List<Integer> batchedPositions =
+          sessions.stream().map(Session::position).collect(Collectors.toList());
+      check(batchedPositions.equals(positions),
+          "prefillBatch positions: " + batchedPositions + " vs " + positions);
+      List<List<Integer>> batched = new ArrayList<>();
+      for (Session session : sessions) {
+        batched.add(ids(session.stream(6).collect(Collectors.toList())));
+      }
+      check(batched.equals(expected),
+          "prefillBatch gives each session its own tokens: " + batched + " vs " + expected);
+      List<Integer> before = sessions.stream().map(Session::position).collect(Collectors.toList());
+      List<int[]> bad = List.of(new int[] {1}, new int[] {model.bos(), model.vocabSize()},
+          new int[] {2});
+      PhotonException e = expectError(() -> Session.prefillBatch(sessions, bad),
+          "a token outside the vocabulary", "PHOTON_ERR_BAD_TOKEN");
+      check(e.getMessage().contains("session 1"), "the message names the session: " + e);
+      check(sessions.stream().map(Session::position).collect(Collectors.toList()).equals(before),
+          "a bad token leaves every session unchanged");
+      expectError(() -> Session.prefillBatch(sessions, prompts.subList(0, 2)),
+          "fewer token lists than sessions", "PHOTON_ERR_INVALID_ARGUMENT");
     }
   }
 

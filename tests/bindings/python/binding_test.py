@@ -21,6 +21,8 @@ import time
 import photon
 
 PROMPT = "In the beginning God created the heaven and the earth."
+# Prompts of different lengths for the batched prefill.
+BATCH_PROMPTS = (PROMPT, "And the earth was without form.", "Let there be light.")
 WARMUP, LOOPS, LATE_LOOPS = 20, 200, 100
 # RSS growth allowed over the loops, far below a leak's: a model kept alive holds ~30 MB.
 CLOSED_BOUND_MB, LATE_BOUND_MB = 64, 128
@@ -126,6 +128,38 @@ def test_batch(model):
         check(counts == [1, 4] and first.stop_reason == photon.StopReason.CALLBACK,
               f"False stops one session of the batch: {counts}")
         check(photon.Session.generate_batch([first, second], 2) == [2, 2], "without a callback")
+    test_prefill_batch(model)
+
+
+def test_prefill_batch(model):
+    """prefill_batch leaves each session as prefill alone would: same position, same tokens."""
+    prompts = [model.tokenize(text) for text in BATCH_PROMPTS]
+    expected = []
+    for ids in prompts:
+        with photon.Session(model) as solo:
+            solo.prefill(ids)
+            expected.append((solo.position, [t.id for t in solo.tokens(6)]))
+    sessions = [photon.Session(model) for _ in prompts]
+    try:
+        photon.Session.prefill_batch(sessions, prompts)
+        positions = [session.position for session in sessions]
+        check(positions == [position for position, _ in expected],
+              f"prefill_batch positions: {positions} vs {expected}")
+        tokens = [[t.id for t in session.tokens(6)] for session in sessions]
+        check(tokens == [ids for _, ids in expected],
+              f"prefill_batch gives each session its own tokens: {tokens} vs {expected}")
+        positions = [session.position for session in sessions]
+        bad = [[1], [model.bos, model.vocab_size], [2]]
+        error = expect_error(lambda: photon.Session.prefill_batch(sessions, bad),
+                             "PHOTON_ERR_BAD_TOKEN", "a token outside the vocabulary")
+        check("session 1" in str(error), f"the message names the session: {error}")
+        check([session.position for session in sessions] == positions,
+              "a bad token leaves every session unchanged")
+        expect_error(lambda: photon.Session.prefill_batch(sessions, prompts[:2]),
+                     "PHOTON_ERR_INVALID_ARGUMENT", "fewer token lists than sessions")
+    finally:
+        for session in sessions:
+            session.close()
 
 
 def test_errors(model, model_path, workdir):
@@ -217,6 +251,12 @@ def test_arguments(model, model_path):
         expect(TypeError, lambda: photon.SessionOptions().set_temperature("hot"), "temperature")
         expect(TypeError, lambda: photon.Session.restore(model, "state"), "state", "str")
         expect(TypeError, lambda: photon.Session.generate_batch([session, 1], 2), "sessions[1]")
+        expect(TypeError, lambda: photon.Session.prefill_batch([session, 1], [[1], [1]]),
+               "sessions[1]")
+        expect(TypeError, lambda: photon.Session.prefill_batch([session], 3), "token_lists",
+               "int")
+        expect(TypeError, lambda: photon.Session.prefill_batch([session], [[1, "2"]]),
+               "token_lists[0][1]", "str")
         # Integers the library's 32-bit (64-bit unsigned for the seed) parameters cannot hold are
         # errors, never wrapped: token 2**32 + 5 is not token 5.
         expect(OverflowError, lambda: session.prefill([model.bos, 2**32 + 5]), "tokens[1]",
