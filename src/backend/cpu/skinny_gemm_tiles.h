@@ -6,7 +6,8 @@
 //   V::sum(parts)               the 16 partial sums of parts[0 .. 16 / kLanes) by the fixed tree
 //   V::scalar(p), V::fma1(a, b, c)   one element widened; one multiply-add
 //   V::kRows, V::kOutputs       the tile: rows x outputs computed together (the register file's
-//                               size sets it), and V::kOneRowOutputs, the outputs of a single row
+//                               size sets it), and V::kOneRowOutputs (f32 weights) and
+//                               V::kOneRowOutputs16 (bf16, f16), the outputs of a single row
 //   V::kBlockedRows             the fewest rows for skinny_blocked's loops (0: never)
 // Each kernel file includes this with its own traits, in an anonymous namespace.
 #pragma once
@@ -187,7 +188,10 @@ void skinny(const SkinnyArgs& a) {
   const W* w = static_cast<const W*>(a.w);
   // One row (a single session decoding) reads each weight once: its own tile keeps enough
   // independent sums in flight to hide the multiply-add's latency.
-  if (a.n == 1) return skinny_range<V, W, V::kOneRowOutputs>(a, w);
+  if (a.n == 1) {
+    constexpr int outputs = std::is_same_v<W, float> ? V::kOneRowOutputs : V::kOneRowOutputs16;
+    return skinny_range<V, W, outputs>(a, w);
+  }
   if constexpr (V::kBlockedRows > 0)
     if (a.n >= V::kBlockedRows && a.in >= 16) return skinny_blocked<V, W>(a, w);
   skinny_range<V, W, V::kOutputs>(a, w);
