@@ -7,6 +7,9 @@
 #if defined(__linux__)
 #include <sched.h>
 #endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace photon::cpu {
 
@@ -18,6 +21,18 @@ namespace {
 // during every layer's attention of a one-session vanilla decode, and the futex wake-ups cost
 // about 8% of its tokens per second (docs/performance.md, issue 12).
 constexpr auto kSpin = std::chrono::milliseconds(2);
+// Polls between readings of the clock while spinning.
+constexpr unsigned kPollsPerClock = 64;
+
+// Between polls a spinning helper yields the core's execution units (where logical CPUs share a
+// core, to the thread doing the step's single-threaded work) and the memory bus.
+inline void pause_between_polls() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 }  // namespace
 
@@ -86,9 +101,12 @@ void ThreadPool::work(int) {
     const unsigned long seen = posted_.load(std::memory_order_acquire);
     lock.unlock();
     bool posted = false;
-    for (const auto until = std::chrono::steady_clock::now() + kSpin;
-         !posted && std::chrono::steady_clock::now() < until;) {
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    for (unsigned polls = 1;; ++polls) {
       posted = posted_.load(std::memory_order_acquire) != seen;
+      if (posted) break;
+      pause_between_polls();
+      if (polls % kPollsPerClock == 0 && std::chrono::steady_clock::now() >= until) break;
     }
     lock.lock();
     if (posted) continue;
