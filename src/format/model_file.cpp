@@ -72,7 +72,11 @@ TensorEntry read_tensor(const fb::Tensor& t, uint64_t data_size, const FileError
     errors.fail_tensor(PHOTON_ERR_TENSOR_SHAPE, e.name,
                        "has rank " + std::to_string(rank) + "; ranks 1.." +
                            std::to_string(PHOTON_MAX_DIMS) + " are supported");
-  e.shape.assign(shape->begin(), shape->end());
+  // The verifier checks a vector's length field, not that its 8-byte elements are 8-byte aligned,
+  // so a hand-made file can misalign the dimensions: they are copied out byte by byte.
+  e.shape.resize(rank);
+  std::memcpy(e.shape.data(), shape->Data(), rank * sizeof(int64_t));
+  for (int64_t& d : e.shape) d = flatbuffers::EndianScalar(d);
   for (int64_t d : e.shape)
     if (d < 0)
       errors.fail_tensor(PHOTON_ERR_TENSOR_SHAPE, e.name,
