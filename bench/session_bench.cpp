@@ -63,16 +63,22 @@ photon_session* new_session(photon_model* m, photon_mode mode) {
   return s;
 }
 
+// The rows of a study: photon-small in both modes, then vanilla-small.
+struct Row {
+  const char* name;
+  photon_model* model;
+  photon_mode mode;
+};
+std::vector<Row> bench_rows(photon_model* photon, photon_model* vanilla) {
+  return {{"photon-small RecGen", photon, PHOTON_MODE_RECGEN},
+          {"photon-small HierGen", photon, PHOTON_MODE_HIERGEN},
+          {"vanilla-small", vanilla, PHOTON_MODE_AUTO}};
+}
+
 void throughput(const std::string& dir) {
   photon_model* photon = make_model(dir, "photon-small");
   photon_model* vanilla = make_model(dir, "vanilla-small");
-  struct Row {
-    const char* name;
-    photon_model* model;
-    photon_mode mode;
-  } rows[] = {{"photon-small RecGen", photon, PHOTON_MODE_RECGEN},
-              {"photon-small HierGen", photon, PHOTON_MODE_HIERGEN},
-              {"vanilla-small", vanilla, PHOTON_MODE_AUTO}};
+  const std::vector<Row> rows = bench_rows(photon, vanilla);
   const int kPrompt = 128, kGenerate = 128;
   std::printf(
       "| model / mode | sessions | generated tokens | decode s | tok/s |\n|---|---|---|---|---|\n");
@@ -165,13 +171,7 @@ double prefill_seconds(photon_model* m, photon_mode mode, int n, int tokens, boo
 void prefill(const std::string& dir) {
   photon_model* photon = make_model(dir, "photon-small");
   photon_model* vanilla = make_model(dir, "vanilla-small");
-  struct Row {
-    const char* name;
-    photon_model* model;
-    photon_mode mode;
-  } rows[] = {{"photon-small RecGen", photon, PHOTON_MODE_RECGEN},
-              {"photon-small HierGen", photon, PHOTON_MODE_HIERGEN},
-              {"vanilla-small", vanilla, PHOTON_MODE_AUTO}};
+  const std::vector<Row> rows = bench_rows(photon, vanilla);
   std::printf(
       "| model / mode | sessions x prompt | one prefill each, prompt tok/s | prefill_batch, prompt "
       "tok/s | ratio |\n|---|---|---|---|---|\n");
