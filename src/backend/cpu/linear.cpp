@@ -19,8 +19,21 @@ namespace {
 constexpr long kMinMacsPerThread = 1L << 18;
 // Outputs per work item of the skinny kernels (a few per thread, handed out dynamically).
 constexpr long kSkinnyChunk = 64;
+// One row streams each weight once from memory, and there longer runs of rows per thread pay:
+// a quarter of each thread's share per item ran 4-13% faster than 64 outputs (vanilla-600m's
+// matrices, 2 threads on a Zen 5; docs/performance.md, issue 14), still leaving the items to
+// whichever thread is free.
+constexpr long kOneRowChunksPerThread = 4;
+
 // Outputs per BLAS call on the GEMM path.
 constexpr long kGemmChunk = 128;
+
+long ceil_div(long a, long b) {
+  return (a + b - 1) / b;
+}
+long round_up(long a, long multiple) {
+  return ceil_div(a, multiple) * multiple;
+}
 
 SkinnyKernel skinny_kernel(const SkinnyKernels& k, DType dtype) {
   return dtype == DType::F32 ? k.f32 : dtype == DType::BF16 ? k.bf16 : k.f16;
@@ -77,19 +90,24 @@ void linear(const float* x, int n, const WeightMatrix& w, const float* bias, flo
   const long macs = static_cast<long>(n) * out * w.in;
   const SkinnyKernels& skinny = skinny_kernels();
   if (n <= skinny.max_rows) {
-    const long chunks = (out + kSkinnyChunk - 1) / kSkinnyChunk;
-    const int t = std::min<long>(threads_for(macs, kMinMacsPerThread, threads), chunks);
+    const int wanted = threads_for(macs, kMinMacsPerThread, threads);
+    const long chunk =
+        n == 1
+            ? std::max(kSkinnyChunk, round_up(ceil_div(out, kOneRowChunksPerThread * wanted), 16))
+            : kSkinnyChunk;
+    const long chunks = ceil_div(out, chunk);
+    const int t = std::min<long>(wanted, chunks);
     const SkinnyKernel kernel = skinny_kernel(skinny, w.dtype);
     parallel_for(t, chunks, [&](long c, int) {
-      kernel({x, n, w.in, w.data, static_cast<int>(c * kSkinnyChunk),
-              static_cast<int>(std::min(out, (c + 1) * kSkinnyChunk)), y, w.out, accumulate});
+      kernel({x, n, w.in, w.data, static_cast<int>(c * chunk),
+              static_cast<int>(std::min(out, (c + 1) * chunk)), y, w.out, accumulate});
     });
   } else {
     // Fixed chunks of outputs, so that no result depends on how many threads share them (BLAS's
     // arithmetic differs with the shape of the product it is given). Each thread widens 16-bit
     // chunks into its own part of the caller's buffer, kept for its next call (allocated here,
     // outside the parallel region, so that a failure can be thrown).
-    const long chunks = (out + kGemmChunk - 1) / kGemmChunk;
+    const long chunks = ceil_div(out, kGemmChunk);
     const int t = std::min<long>(threads_for(macs, kMinMacsPerThread, threads), chunks);
     thread_local std::vector<float> scratch;
     const size_t per_thread = w.dtype == DType::F32 ? 0 : static_cast<size_t>(kGemmChunk) * w.in;

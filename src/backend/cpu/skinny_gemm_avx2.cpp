@@ -23,9 +23,8 @@ inline __m256 widen8(const F16* p) {
 
 struct Avx2 : X86Common {
   static constexpr int kLanes = 8;
-  // 3 rows x 2 outputs x 2 partial-sum vectors and 2 weight vectors fill the 16 registers; one
-  // row keeps 4 outputs x 2 vectors = 8 sums in flight.
-  static constexpr int kRows = 3, kOutputs = 2, kOneRowOutputs = 4, kOneRowOutputs16 = 4;
+  // 3 rows x 2 outputs x 2 partial-sum vectors and 2 weight vectors fill the 16 registers.
+  static constexpr int kRows = 3, kOutputs = 2;
   // skinny_blocked's loops ran 15-30% slower at 12-32 rows (this set's limit) on a Zen 5.
   static constexpr int kBlockedRows = 0;
   using Vec = __m256;

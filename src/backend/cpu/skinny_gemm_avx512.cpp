@@ -36,11 +36,8 @@ inline __m512 widen16(const F16* p) {
 struct Avx512 : X86Common {
   static constexpr int kLanes = 16;
   // 6 rows x 4 outputs of accumulators, 4 weight vectors and one activation vector take 29 of the
-  // 32 registers, and 24 multiply-adds need 10 loads; one row keeps 8 outputs' sums in flight.
-  // One row of 16-bit weights streams only 2 weight rows at once: decode of a bf16 vanilla-600m
-  // ran 30-31 tok/s against 28 with 8 (and 30 with 4, 29.5 with 1; 2 threads on a Zen 5, memory
-  // bound); f32 weights ran 6% slower with 2.
-  static constexpr int kRows = 6, kOutputs = 4, kOneRowOutputs = 8, kOneRowOutputs16 = 2;
+  // 32 registers, and 24 multiply-adds need 10 loads.
+  static constexpr int kRows = 6, kOutputs = 4;
   // From 48 rows (8 tiles) skinny_blocked's loops ran 20-27% faster at 48-256 rows; at 32-40
   // rows, 0-10% slower (f32, 1,664 and 4,096 columns, 2 threads on a Zen 5).
   static constexpr int kBlockedRows = 48;

@@ -11,7 +11,7 @@ namespace {
 
 struct Portable {
   static constexpr int kLanes = 16;
-  static constexpr int kRows = 3, kOutputs = 2, kOneRowOutputs = 4, kOneRowOutputs16 = 4;
+  static constexpr int kRows = 3, kOutputs = 2;
   static constexpr int kBlockedRows = 0;  // as the AVX2 kernels' shape: not at up to 32 rows
   struct Vec {
     float v[16];

@@ -6,8 +6,7 @@
 //   V::sum(parts)               the 16 partial sums of parts[0 .. 16 / kLanes) by the fixed tree
 //   V::scalar(p), V::fma1(a, b, c)   one element widened; one multiply-add
 //   V::kRows, V::kOutputs       the tile: rows x outputs computed together (the register file's
-//                               size sets it), and V::kOneRowOutputs (f32 weights) and
-//                               V::kOneRowOutputs16 (bf16, f16), the outputs of a single row
+//                               size sets it)
 //   V::kBlockedRows             the fewest rows for skinny_blocked's loops (0: never)
 // Each kernel file includes this with its own traits, in an anonymous namespace.
 #pragma once
@@ -44,13 +43,18 @@ struct Tile {
   // the hardware prefetcher alone leaves the multiply-adds waiting for memory when several rows
   // share each weight load.
   void steps(const float* x, int in, const W* w, int k0, int k1, const W* next, int spread) {
+    // k / spread as a multiplication by a fixed-point reciprocal (exact for every column count a
+    // model can have): a division in the loop held one row of 16-bit weights to 40 GB/s of the
+    // memory's 55 (vanilla-600m's matrices, 2 threads on a Zen 5).
+    const unsigned long reciprocal = (1UL << 32) / static_cast<unsigned>(spread) + 1;
     // A local copy, which the compiler keeps in registers (it stores a member back each step).
     Sums a;
     copy(acc, a);
     for (int k = k0; k < k1; k += 16) {
       if (next)
         for (int j = 0; j < WB; ++j)
-          __builtin_prefetch(next + static_cast<long>(j) * in + k / spread);
+          __builtin_prefetch(next + static_cast<long>(j) * in +
+                             ((static_cast<unsigned long>(k) * reciprocal) >> 32));
       for (int p = 0; p < P; ++p) {
         const int at = k + p * V::kLanes;
         typename V::Vec wv[WB];
@@ -103,15 +107,13 @@ inline void skinny_tail(int rows, int r, const Tile& tile) {
 
 // All rows against outputs [o, o + WB): V::kRows rows at a time (their accumulators and WB weight
 // vectors fill the register file), then the rest.
-// Fetching the next outputs' weights ahead pays with several rows or 16-bit weights (bf16 at one
-// row: 18% faster), but one row of f32 weights, one multiply-add per weight loaded, runs 2-4%
-// faster on the hardware prefetcher alone (docs/performance.md, issue 12).
+// The tiles fetch the next outputs' weights ahead (see Tile::steps), which pays at every row count
+// and weight type.
 template <class V, class W, int WB>
 inline void skinny_outputs(const SkinnyArgs& a, const W* w, int o) {
   constexpr int RB = V::kRows;
   const W* wo = w + static_cast<long>(o) * a.in;
-  const bool fetch_ahead = a.n > 1 || !std::is_same_v<W, float>;
-  const W* next = fetch_ahead && o + 2 * WB <= a.o1 ? wo + static_cast<long>(WB) * a.in : nullptr;
+  const W* next = o + 2 * WB <= a.o1 ? wo + static_cast<long>(WB) * a.in : nullptr;
   const int tiles = (a.n + RB - 1) / RB;
   auto tile = [&](auto rows, int r) {
     const W* fetch = next ? next + static_cast<long>(r / RB) * a.in / tiles : nullptr;
@@ -186,12 +188,11 @@ inline void skinny_blocked(const SkinnyArgs& a, const W* w) {
 template <class V, class W>
 void skinny(const SkinnyArgs& a) {
   const W* w = static_cast<const W*>(a.w);
-  // One row (a single session decoding) reads each weight once: its own tile keeps enough
-  // independent sums in flight to hide the multiply-add's latency.
-  if (a.n == 1) {
-    constexpr int outputs = std::is_same_v<W, float> ? V::kOneRowOutputs : V::kOneRowOutputs16;
-    return skinny_range<V, W, outputs>(a, w);
-  }
+  // One row (a single session decoding) reads each weight once, so memory bounds it: one output at
+  // a time, one weight stream per thread with the next row fetched ahead, ran 13-20% faster than 2,
+  // 4 or 8 outputs' streams with every vector set and weight type (vanilla-600m's matrices, 2
+  // threads on a Zen 5; docs/performance.md, issue 14).
+  if (a.n == 1) return skinny_range<V, W, 1>(a, w);
   if constexpr (V::kBlockedRows > 0)
     if (a.n >= V::kBlockedRows && a.in >= 16) return skinny_blocked<V, W>(a, w);
   skinny_range<V, W, V::kOutputs>(a, w);
