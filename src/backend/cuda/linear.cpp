@@ -121,20 +121,34 @@ Gemm::Plan& Gemm::plan_for(const PlanKey& key) {
 
 namespace {
 
-// Rows split per GEMM, so that the two-term operand and the partial products of one chunk stay
-// within 64 MiB of scratch; decode steps are one chunk, long prompts several.
+// From this many rows a product with 16-bit weights is bound by the tensor cores, not by reading
+// the weights (n rows make n flops per byte of weights; an H100 or H200 does about 200 bf16 flops
+// in the time it reads a byte), so the two terms
+// take two GEMMs into y, the second accumulating, instead of one GEMM over the stacked rows: the
+// same arithmetic without writing and reading back 2 x rows x out partial sums (the stacked LM
+// head ran 3.3x a plain bf16 one at 2,048 rows; docs/performance.md, issue 16). Below it the
+// stacked GEMM reads the weights once for both terms.
+constexpr int kTwoProductRows = 256;
+
+// Scratch per row of x: the two-term operand, and for the stacked GEMM the partial products.
+size_t scratch_per_row(int n, const DeviceMatrix& w) {
+  const size_t operand = 2 * static_cast<size_t>(w.cols) * 2;
+  return n >= kTwoProductRows ? operand : operand + 2 * static_cast<size_t>(w.rows) * 4;
+}
+
+// Rows split per GEMM, so that the scratch of one chunk stays within 64 MiB; decode steps are one
+// chunk, long prompts several.
 int split_rows(int n, const DeviceMatrix& w) {
   constexpr size_t kChunkBytes = size_t{64} << 20;
-  const size_t per_row = 2 * (static_cast<size_t>(w.cols) * 2 + static_cast<size_t>(w.rows) * 4);
-  return static_cast<int>(std::clamp<size_t>(kChunkBytes / per_row, 1, static_cast<size_t>(n)));
+  return static_cast<int>(
+      std::clamp<size_t>(kChunkBytes / scratch_per_row(n, w), 1, static_cast<size_t>(n)));
 }
 
 }  // namespace
 
 size_t Gemm::scratch_bytes(int n, const DeviceMatrix& w) {
   if (n <= 0 || w.dtype == DType::F32) return 0;
-  const size_t rows = static_cast<size_t>(split_rows(n, w));
-  return 2 * rows * (static_cast<size_t>(w.cols) * 2 + static_cast<size_t>(w.rows) * 4);
+  return static_cast<size_t>(split_rows(n, w)) * scratch_per_row(n, w);
 }
 
 void Gemm::product(const void* operand, int n, const DeviceMatrix& w, const float* bias, float* y,
@@ -168,14 +182,20 @@ void Gemm::linear(const float* x, int n, const DeviceMatrix& w, const float* bia
     const size_t in = static_cast<size_t>(count) * w.cols,
                  out = static_cast<size_t>(count) * w.rows;
     ArenaScope scope(scratch);
-    // operand: [2 count, w.cols], hi rows then lo rows; parts: [2 count, w.rows].
+    // operand: [2 count, w.cols], hi rows then lo rows.
     char* operand = static_cast<char*>(scratch.take_bytes(2 * in * 2, "GEMM activations"));
-    float* parts = scratch.take<float>(2 * out, "GEMM partial products");
     split_activations(w.dtype, x + static_cast<size_t>(r0) * w.cols, in, operand, operand + in * 2,
                       stream);
+    float* y_rows = y + static_cast<size_t>(r0) * w.rows;
+    if (n >= kTwoProductRows) {
+      product(operand, count, w, bias, y_rows, accumulate, stream);
+      product(operand + in * 2, count, w, nullptr, y_rows, /*accumulate=*/true, stream);
+      continue;
+    }
+    // parts: [2 count, w.rows], the products of hi and of lo, summed by sum_halves.
+    float* parts = scratch.take<float>(2 * out, "GEMM partial products");
     product(operand, 2 * count, w, nullptr, parts, /*accumulate=*/false, stream);
-    sum_halves(parts, count, w.rows, bias, accumulate, y + static_cast<size_t>(r0) * w.rows,
-               stream);
+    sum_halves(parts, count, w.rows, bias, accumulate, y_rows, stream);
   }
 }
 
