@@ -55,6 +55,12 @@ struct RowCopy {
   Tensor src;
 };
 
+// One product of linear_group: w [out, in] as weight() returned it, y [n, out] f32.
+struct LinearOut {
+  Tensor w;
+  Tensor y;
+};
+
 // One row of logits to sample: the settings, the position (the counter of the random draw) and
 // the history the repetition penalty looks at.
 struct SampleRequest {
@@ -97,6 +103,10 @@ class Backend {
   // returned it (any dtype), x and y f32.
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
                       bool accumulate) = 0;
+  // linear(x, out.w, nullptr, out.y, false) for every out: one input, several weight matrices of
+  // its width (attention's Q, K, V; the FFN's gate, up), each result as its own call gives it, in
+  // one pass of the backend's work (the CPU's threads share all the outputs; CUDA splits x once).
+  virtual void linear_group(const Tensor& x, std::span<const LinearOut> outs) = 0;
   // table [n, head_dim]: cos(p theta_i) in columns [0, head_dim/2), sin in the rest, for the
   // positions of the n rows.
   virtual void rope_table(std::span<const int64_t> positions, int head_dim, float theta,

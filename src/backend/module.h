@@ -11,8 +11,9 @@
 #include "backend/backend.h"
 #include "photon.h"
 
-// Bump when backend.h or tensor.h change the meaning (not only the size) of what crosses.
-#define PHOTON_BACKEND_ABI 1
+// Bump when backend.h or tensor.h change the meaning (not only the size) of what crosses, or when
+// the Backend class gains, loses or changes a virtual function (2: linear_group).
+#define PHOTON_BACKEND_ABI 2
 #define PHOTON_CUDA_MODULE_NAME "libphoton-cuda.so"
 #define PHOTON_CUDA_MODULE_ENTRY "photon_cuda_backend_create"
 
@@ -38,9 +39,10 @@ namespace photon {
 // A fingerprint of the sizes of the types the backend interface passes between the libraries.
 constexpr uint32_t backend_layout() {
   uint32_t h = 2166136261u;
-  for (size_t size : {sizeof(Tensor), sizeof(Buffer), sizeof(HostWeight), sizeof(AttentionSegment),
-                      sizeof(AttentionShape), sizeof(RowCopy), sizeof(SampleRequest),
-                      sizeof(SamplerConfig), sizeof(std::string), sizeof(std::vector<int>)})
+  for (size_t size :
+       {sizeof(Tensor), sizeof(Buffer), sizeof(HostWeight), sizeof(AttentionSegment),
+        sizeof(AttentionShape), sizeof(RowCopy), sizeof(LinearOut), sizeof(SampleRequest),
+        sizeof(SamplerConfig), sizeof(std::string), sizeof(std::vector<int>)})
     h = (h ^ static_cast<uint32_t>(size)) * 16777619u;
   return h;
 }

@@ -36,9 +36,8 @@ void stack_forward(const StackWeights& w, float norm_eps, float rope_theta, cons
   for (int layer = 0; layer < c.layers; ++layer) {
     const LayerWeights& lw = w.layers[layer];
     b.rmsnorm(x, lw.attn_norm, xn, norm_eps);
-    b.linear(xn, lw.wq, nullptr, q, false);
-    b.linear(xn, lw.wk, nullptr, k, false);
-    b.linear(xn, lw.wv, nullptr, v, false);
+    const LinearOut qkv[] = {{lw.wq, q}, {lw.wk, k}, {lw.wv, v}};
+    b.linear_group(xn, qkv);
     b.rope(q, c.heads, rope);
     b.rope(k, c.kv_heads, rope);
     int row = 0;
@@ -52,8 +51,8 @@ void stack_forward(const StackWeights& w, float norm_eps, float rope_theta, cons
     b.linear(att, lw.wo, nullptr, x, /*accumulate=*/true);
 
     b.rmsnorm(x, lw.ffn_norm, xn, norm_eps);
-    b.linear(xn, lw.w_gate, nullptr, gate, false);
-    b.linear(xn, lw.w_up, nullptr, up, false);
+    const LinearOut gate_up[] = {{lw.w_gate, gate}, {lw.w_up, up}};
+    b.linear_group(xn, gate_up);
     b.swiglu(gate, up);
     b.linear(gate, lw.w_down, nullptr, x, /*accumulate=*/true);
   }

@@ -41,6 +41,34 @@ TEST_F(GpuLinear, SixteenBitWeightsMatchCpuOnF32Activations) {
   }
 }
 
+// One input, several matrices (Q, K, V): x split once; each output as the CPU's own product, on
+// the stacked path (1, 33 rows) and the two-GEMM path (300 rows).
+TEST_F(GpuLinear, GroupOfProductsMatchesCpu) {
+  cuda::Gemm gemm;
+  const int in = 416;
+  for (int n : {1, 33, 300}) {
+    const std::vector<float> x = random(size_t(n) * in, -2.0f, 2.0f);
+    std::vector<cuda::GemmProduct> products;
+    std::vector<std::vector<float>> refs;
+    std::vector<float*> outputs;
+    for (int out : {416, 104, 1664}) {
+      const std::vector<float> w = random(size_t(out) * in, -0.05f, 0.05f);
+      refs.emplace_back(size_t(n) * out);
+      cpu::linear(x.data(), n, in, rounded_through(DType::BF16, w).data(), out, nullptr,
+                  refs.back().data());
+      outputs.push_back(poisoned<float>(refs.back().size()));
+      products.push_back({{upload(narrowed(DType::BF16, w)), DType::BF16, out, in},
+                          nullptr,
+                          outputs.back(),
+                          false});
+    }
+    gemm.linear_group(upload(x), n, products, scratch(), stream());
+    for (size_t i = 0; i < refs.size(); ++i)
+      EXPECT_LT(relative_error(download(outputs[i], refs[i].size()), refs[i]), kTwoTermBound)
+          << "n " << n << ", product " << i;
+  }
+}
+
 TEST_F(GpuLinear, F32WeightsUseTf32) {
   cuda::Gemm gemm;
   for (const Case& c : {Case{3, 1664, 1664, true, false}, Case{64, 512, 768, false, true}}) {

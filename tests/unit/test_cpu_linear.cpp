@@ -1,7 +1,7 @@
 // The CPU backend's linear layer against a double-precision product of the same operands: the
 // skinny kernels (portable, AVX2, AVX-512) and the GEMM path, f32 / bf16 / f16 weights, bias,
 // accumulation; and the promises of skinny_gemm.h: a row's result does not depend on the rows
-// beside it, the output range or the thread count.
+// beside it, the output range or the thread count; a group of products gives each one's bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -225,6 +225,38 @@ TEST(CpuLinear, SixteenBitWeightsGiveTheBitsOfTheirF32Values) {
       linear(x.data(), s.n, narrow.matrix(s), nullptr, a.data(), false, 2);
       linear(x.data(), s.n, wide.matrix(s), nullptr, b.data(), false, 2);
       EXPECT_EQ(a, b) << dtype_name(dtype) << " n " << s.n << " in " << s.in << " out " << s.out;
+    }
+  }
+}
+
+TEST(CpuLinear, GroupGivesTheBitsOfEachProductAlone) {
+  // Q, K, V-like products of one input (outputs of different counts, one accumulating), on the
+  // skinny path at 1 and 20 rows and, past the skinny kernels' limit, the GEMM path.
+  const int in = 200;
+  for (DType dtype : kDTypes) {
+    for (int n : {1, 20, skinny_kernels().max_rows + 3}) {
+      const std::vector<float> x = random_values(size_t(n) * in, 13);
+      std::vector<Weights> weights;
+      std::vector<Shape> shapes;
+      for (int out : {96, 40, 173}) {
+        shapes.push_back({n, in, out});
+        weights.emplace_back(dtype, random_values(size_t(out) * in, 14 + out, 0.1f));
+      }
+      std::vector<std::vector<float>> grouped, alone;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        grouped.push_back(random_values(size_t(n) * shapes[i].out, 15));
+        alone.push_back(grouped.back());
+      }
+      std::vector<Product> products;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        const bool accumulate = i == 1;
+        products.push_back({weights[i].matrix(shapes[i]), grouped[i].data(), accumulate});
+        linear(x.data(), n, weights[i].matrix(shapes[i]), nullptr, alone[i].data(), accumulate, 2);
+      }
+      linear_group(x.data(), n, products, 2);
+      for (size_t i = 0; i < shapes.size(); ++i)
+        EXPECT_EQ(grouped[i], alone[i])
+            << dtype_name(dtype) << " n " << n << " product " << i << " of a group";
     }
   }
 }

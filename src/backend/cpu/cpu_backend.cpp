@@ -3,6 +3,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/embed.h"
@@ -118,6 +119,14 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, co
   if (bias) require_f32(*bias, "linear bias");
   cpu::linear(at(x), rows_of(x), {at<const char>(w), w.dtype, rows_of(w), cols_of(w)},
               bias ? at(*bias) : nullptr, at(y), accumulate, threads_);
+}
+
+void CpuBackend::linear_group(const Tensor& x, std::span<const LinearOut> outs) {
+  std::vector<cpu::Product> products;
+  products.reserve(outs.size());
+  for (const LinearOut& o : outs)
+    products.push_back({{at<const char>(o.w), o.w.dtype, rows_of(o.w), cols_of(o.w)}, at(o.y)});
+  cpu::linear_group(at(x), rows_of(x), products, threads_);
 }
 
 void CpuBackend::rope_table(std::span<const int64_t> positions, int head_dim, float theta,

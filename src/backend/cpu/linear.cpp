@@ -83,48 +83,79 @@ void use_blas_single_threaded() {
   std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 
+namespace {
+
+// The skinny kernels over the outputs of every product in one parallel region, so that a thread
+// done with one matrix goes on to the next instead of waiting at the end of each.
+void skinny_products(const float* x, int n, std::span<const Product> products, int threads) {
+  const SkinnyKernels& skinny = skinny_kernels();
+  long macs = 0;
+  for (const Product& p : products) macs += static_cast<long>(n) * p.w.out * p.w.in;
+  const int wanted = threads_for(macs, kMinMacsPerThread, threads);
+  // Per product: outputs per work item, and the index of its first item (first[size] = all).
+  std::vector<long> chunk(products.size()), first(products.size() + 1, 0);
+  for (size_t i = 0; i < products.size(); ++i) {
+    const long out = products[i].w.out;
+    chunk[i] = n == 1 ? std::max(kSkinnyChunk,
+                                 round_up(ceil_div(out, kOneRowChunksPerThread * wanted), 16))
+                      : kSkinnyChunk;
+    first[i + 1] = first[i] + ceil_div(out, chunk[i]);
+  }
+  const long items = first.back();
+  parallel_for(std::min<long>(wanted, items), items, [&](long item, int) {
+    size_t i = 0;
+    while (item >= first[i + 1]) ++i;
+    const Product& p = products[i];
+    const long c = item - first[i];
+    skinny_kernel(skinny, p.w.dtype)({x, n, p.w.in, p.w.data, static_cast<int>(c * chunk[i]),
+                                      static_cast<int>(std::min<long>(p.w.out, (c + 1) * chunk[i])),
+                                      p.y, p.w.out, p.accumulate});
+  });
+}
+
+// Fixed chunks of outputs, so that no result depends on how many threads share them (BLAS's
+// arithmetic differs with the shape of the product it is given). Each thread widens 16-bit
+// chunks into its own part of the caller's buffer, kept for its next call (allocated here,
+// outside the parallel region, so that a failure can be thrown).
+void gemm_product(const float* x, int n, const Product& p, int threads) {
+  const WeightMatrix& w = p.w;
+  const long out = w.out;
+  const long chunks = ceil_div(out, kGemmChunk);
+  const int t = std::min<long>(
+      threads_for(static_cast<long>(n) * out * w.in, kMinMacsPerThread, threads), chunks);
+  thread_local std::vector<float> scratch;
+  const size_t per_thread = w.dtype == DType::F32 ? 0 : static_cast<size_t>(kGemmChunk) * w.in;
+  scratch.resize(per_thread * t);
+  float* const buffer = scratch.data();  // the workers have thread_local copies of their own
+  const float beta = p.accumulate ? 1.0f : 0.0f;
+  parallel_for(t, chunks, [&](long c, int thread) {
+    gemm_chunk(x, n, w, c * kGemmChunk, std::min(out, (c + 1) * kGemmChunk), beta, p.y,
+               buffer + per_thread * thread);
+  });
+}
+
+}  // namespace
+
 void linear(const float* x, int n, const WeightMatrix& w, const float* bias, float* y,
             bool accumulate, int threads) {
   if (n <= 0 || w.out <= 0) return;
-  const long out = w.out;
-  const long macs = static_cast<long>(n) * out * w.in;
-  const SkinnyKernels& skinny = skinny_kernels();
-  if (n <= skinny.max_rows) {
-    const int wanted = threads_for(macs, kMinMacsPerThread, threads);
-    const long chunk =
-        n == 1
-            ? std::max(kSkinnyChunk, round_up(ceil_div(out, kOneRowChunksPerThread * wanted), 16))
-            : kSkinnyChunk;
-    const long chunks = ceil_div(out, chunk);
-    const int t = std::min<long>(wanted, chunks);
-    const SkinnyKernel kernel = skinny_kernel(skinny, w.dtype);
-    parallel_for(t, chunks, [&](long c, int) {
-      kernel({x, n, w.in, w.data, static_cast<int>(c * chunk),
-              static_cast<int>(std::min(out, (c + 1) * chunk)), y, w.out, accumulate});
-    });
-  } else {
-    // Fixed chunks of outputs, so that no result depends on how many threads share them (BLAS's
-    // arithmetic differs with the shape of the product it is given). Each thread widens 16-bit
-    // chunks into its own part of the caller's buffer, kept for its next call (allocated here,
-    // outside the parallel region, so that a failure can be thrown).
-    const long chunks = ceil_div(out, kGemmChunk);
-    const int t = std::min<long>(threads_for(macs, kMinMacsPerThread, threads), chunks);
-    thread_local std::vector<float> scratch;
-    const size_t per_thread = w.dtype == DType::F32 ? 0 : static_cast<size_t>(kGemmChunk) * w.in;
-    scratch.resize(per_thread * t);
-    float* const buffer = scratch.data();  // the workers have thread_local copies of their own
-    const float beta = accumulate ? 1.0f : 0.0f;
-    parallel_for(t, chunks, [&](long c, int thread) {
-      gemm_chunk(x, n, w, c * kGemmChunk, std::min(out, (c + 1) * kGemmChunk), beta, y,
-                 buffer + per_thread * thread);
-    });
-  }
+  const Product product{w, y, accumulate};
+  if (n <= skinny_kernels().max_rows)
+    skinny_products(x, n, {&product, 1}, threads);
+  else
+    gemm_product(x, n, product, threads);
   if (bias) {
     for (long r = 0; r < n; ++r) {
-      float* row = y + r * out;
-      for (long o = 0; o < out; ++o) row[o] += bias[o];
+      float* row = y + r * w.out;
+      for (long o = 0; o < w.out; ++o) row[o] += bias[o];
     }
   }
+}
+
+void linear_group(const float* x, int n, std::span<const Product> products, int threads) {
+  if (n <= 0 || products.empty()) return;
+  if (n <= skinny_kernels().max_rows) return skinny_products(x, n, products, threads);
+  for (const Product& p : products) gemm_product(x, n, p, threads);
 }
 
 void linear(const float* x, int n, int in, const float* w, int out, const float* bias, float* y,

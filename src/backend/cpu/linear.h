@@ -2,6 +2,8 @@
 // with W read in its stored type (f32, bf16 or f16) and f32 arithmetic.
 #pragma once
 
+#include <span>
+
 #include "core/dtype.h"
 
 namespace photon::cpu {
@@ -22,6 +24,18 @@ struct WeightMatrix {
 // (may be null) is then added to every row.
 void linear(const float* x, int n, const WeightMatrix& w, const float* bias, float* y,
             bool accumulate, int threads);
+
+// One product of linear_group: y[n, w.out] (+)= x . w^T.
+struct Product {
+  WeightMatrix w;
+  float* y = nullptr;
+  bool accumulate = false;
+};
+
+// linear() of one input with several weight matrices of its width, without biases (attention's Q,
+// K and V; the FFN's gate and up): each result the same bits as its own linear() call, the skinny
+// kernels' work items of all of them in one parallel region.
+void linear_group(const float* x, int n, std::span<const Product> products, int threads);
 
 // The same for f32 weights on every core (the reference of other backends' tests).
 void linear(const float* x, int n, int in, const float* w, int out, const float* bias, float* y,

@@ -60,6 +60,7 @@ class CudaBackend final : public Backend {
   void rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
               bool accumulate) override;
+  void linear_group(const Tensor& x, std::span<const LinearOut> outs) override;
   void rope_table(std::span<const int64_t> positions, int head_dim, float theta,
                   const Tensor& table) override;
   void rope(const Tensor& x, int heads, const Tensor& table) override;

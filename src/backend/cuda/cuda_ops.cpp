@@ -74,6 +74,21 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, c
                 scratch_, stream());
 }
 
+void CudaBackend::linear_group(const Tensor& x, std::span<const LinearOut> outs) {
+  if (x.rows == 0 || outs.empty()) return;
+  Lock lock(*this, "linear_group");
+  std::vector<GemmProduct> products;
+  products.reserve(outs.size());
+  for (const LinearOut& o : outs) {
+    expect(x.cols == o.w.cols && o.y.rows == x.rows && o.y.cols == o.w.rows && o.w.rows > 0,
+           "linear_group: shapes");
+    products.push_back(
+        {{address(o.w), o.w.dtype, as_int(o.w.rows), as_int(o.w.cols)}, nullptr, f32(o.y), false});
+  }
+  reserve_scratch(Gemm::scratch_bytes(as_int(x.rows), products), 2);
+  gemm_->linear_group(f32(x), as_int(x.rows), products, scratch_, stream());
+}
+
 void CudaBackend::rope_table(std::span<const int64_t> positions, int head_dim, float theta,
                              const Tensor& table) {
   if (positions.empty()) return;

@@ -130,25 +130,38 @@ namespace {
 // stacked GEMM reads the weights once for both terms.
 constexpr int kTwoProductRows = 256;
 
-// Scratch per row of x: the two-term operand, and for the stacked GEMM the partial products.
-size_t scratch_per_row(int n, const DeviceMatrix& w) {
-  const size_t operand = 2 * static_cast<size_t>(w.cols) * 2;
-  return n >= kTwoProductRows ? operand : operand + 2 * static_cast<size_t>(w.rows) * 4;
+// Scratch per row of x for products of width `cols` with at most `widest` outputs: the two-term
+// operand, and for the stacked GEMM the partial products of one product at a time.
+size_t scratch_per_row(int n, int cols, int widest) {
+  const size_t operand = 2 * static_cast<size_t>(cols) * 2;
+  return n >= kTwoProductRows ? operand : operand + 2 * static_cast<size_t>(widest) * 4;
+}
+
+int widest(std::span<const GemmProduct> products) {
+  int most = 0;
+  for (const GemmProduct& p : products) most = std::max(most, p.w.rows);
+  return most;
 }
 
 // Rows split per GEMM, so that the scratch of one chunk stays within 64 MiB; decode steps are one
 // chunk, long prompts several.
-int split_rows(int n, const DeviceMatrix& w) {
+int split_rows(int n, int cols, int widest) {
   constexpr size_t kChunkBytes = size_t{64} << 20;
-  return static_cast<int>(
-      std::clamp<size_t>(kChunkBytes / scratch_per_row(n, w), 1, static_cast<size_t>(n)));
+  return static_cast<int>(std::clamp<size_t>(kChunkBytes / scratch_per_row(n, cols, widest), 1,
+                                             static_cast<size_t>(n)));
 }
 
 }  // namespace
 
+size_t Gemm::scratch_bytes(int n, std::span<const GemmProduct> products) {
+  if (n <= 0 || products.empty() || products[0].w.dtype == DType::F32) return 0;
+  const int cols = products[0].w.cols, most = widest(products);
+  return static_cast<size_t>(split_rows(n, cols, most)) * scratch_per_row(n, cols, most);
+}
+
 size_t Gemm::scratch_bytes(int n, const DeviceMatrix& w) {
-  if (n <= 0 || w.dtype == DType::F32) return 0;
-  return static_cast<size_t>(split_rows(n, w)) * scratch_per_row(n, w);
+  const GemmProduct one{w};
+  return scratch_bytes(n, {&one, 1});
 }
 
 void Gemm::product(const void* operand, int n, const DeviceMatrix& w, const float* bias, float* y,
@@ -172,30 +185,54 @@ void Gemm::product(const void* operand, int n, const DeviceMatrix& w, const floa
 
 void Gemm::linear(const float* x, int n, const DeviceMatrix& w, const float* bias, float* y,
                   bool accumulate, Arena& scratch, cudaStream_t stream) {
-  if (n <= 0 || w.rows <= 0) return;
-  check(w.cols > 0 && w.data != nullptr, PHOTON_ERR_INTERNAL,
-        "cuda::Gemm::linear: a weight matrix without columns or data");
-  if (w.dtype == DType::F32) return product(x, n, w, bias, y, accumulate, stream);
-  const int rows = split_rows(n, w);
+  if (w.rows <= 0) return;
+  const GemmProduct one{w, bias, y, accumulate};
+  linear_group(x, n, {&one, 1}, scratch, stream);
+}
+
+void Gemm::linear_group(const float* x, int n, std::span<const GemmProduct> products,
+                        Arena& scratch, cudaStream_t stream) {
+  if (n <= 0 || products.empty()) return;
+  const DType dtype = products[0].w.dtype;
+  const int cols = products[0].w.cols;
+  bool one_type = true;
+  for (const GemmProduct& p : products) {
+    check(p.w.cols == cols && cols > 0 && p.w.rows > 0 && p.w.data != nullptr, PHOTON_ERR_INTERNAL,
+          "cuda::Gemm::linear: a weight matrix without rows or data, or not of the input's width");
+    one_type = one_type && p.w.dtype == dtype;
+  }
+  if (!one_type && products.size() > 1) {
+    // A file may store its matrices in different types: each then splits x for its own.
+    for (const GemmProduct& p : products) linear_group(x, n, {&p, 1}, scratch, stream);
+    return;
+  }
+  if (dtype == DType::F32) {
+    for (const GemmProduct& p : products) product(x, n, p.w, p.bias, p.y, p.accumulate, stream);
+    return;
+  }
+  const int rows = split_rows(n, cols, widest(products));
   for (int r0 = 0; r0 < n; r0 += rows) {
     const int count = std::min(rows, n - r0);
-    const size_t in = static_cast<size_t>(count) * w.cols,
-                 out = static_cast<size_t>(count) * w.rows;
+    const size_t in = static_cast<size_t>(count) * cols;
     ArenaScope scope(scratch);
-    // operand: [2 count, w.cols], hi rows then lo rows.
+    // operand: [2 count, cols], hi rows then lo rows, split once for every product.
     char* operand = static_cast<char*>(scratch.take_bytes(2 * in * 2, "GEMM activations"));
-    split_activations(w.dtype, x + static_cast<size_t>(r0) * w.cols, in, operand, operand + in * 2,
+    split_activations(dtype, x + static_cast<size_t>(r0) * cols, in, operand, operand + in * 2,
                       stream);
-    float* y_rows = y + static_cast<size_t>(r0) * w.rows;
-    if (n >= kTwoProductRows) {
-      product(operand, count, w, bias, y_rows, accumulate, stream);
-      product(operand + in * 2, count, w, nullptr, y_rows, /*accumulate=*/true, stream);
-      continue;
+    for (const GemmProduct& p : products) {
+      float* y_rows = p.y + static_cast<size_t>(r0) * p.w.rows;
+      if (n >= kTwoProductRows) {
+        product(operand, count, p.w, p.bias, y_rows, p.accumulate, stream);
+        product(operand + in * 2, count, p.w, nullptr, y_rows, /*accumulate=*/true, stream);
+        continue;
+      }
+      ArenaScope partial(scratch);
+      // parts: [2 count, p.w.rows], the products of hi and of lo, summed by sum_halves.
+      float* parts =
+          scratch.take<float>(2 * static_cast<size_t>(count) * p.w.rows, "GEMM partial products");
+      product(operand, 2 * count, p.w, nullptr, parts, /*accumulate=*/false, stream);
+      sum_halves(parts, count, p.w.rows, p.bias, p.accumulate, y_rows, stream);
     }
-    // parts: [2 count, w.rows], the products of hi and of lo, summed by sum_halves.
-    float* parts = scratch.take<float>(2 * out, "GEMM partial products");
-    product(operand, 2 * count, w, nullptr, parts, /*accumulate=*/false, stream);
-    sum_halves(parts, count, w.rows, bias, accumulate, y_rows, stream);
   }
 }
 

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 
 #include "backend/cuda/buffer.h"
 #include "core/dtype.h"
@@ -33,6 +34,14 @@ struct DeviceMatrix {
   DType dtype = DType::BF16;
   int rows = 0;
   int cols = 0;
+};
+
+// One product of Gemm::linear_group: y[n, w.rows] (+)= x . w^T (+ bias); y, bias f32.
+struct GemmProduct {
+  DeviceMatrix w;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  bool accumulate = false;
 };
 
 // A cuBLASLt handle, its workspace and one plan (descriptors and the heuristic's algorithm) per
@@ -50,6 +59,11 @@ class Gemm {
   void linear(const float* x, int n, const DeviceMatrix& w, const float* bias, float* y,
               bool accumulate, Arena& scratch, cudaStream_t stream);
   static size_t scratch_bytes(int n, const DeviceMatrix& w);
+  // linear() of one input with several weight matrices of its width and type (attention's Q, K,
+  // V; the FFN's gate, up): 16-bit weights split x into its two terms once for all of them.
+  void linear_group(const float* x, int n, std::span<const GemmProduct> products, Arena& scratch,
+                    cudaStream_t stream);
+  static size_t scratch_bytes(int n, std::span<const GemmProduct> products);
 
   // Distinct problems planned so far (tests and benchmarks).
   size_t plans() const { return plans_.size(); }
