@@ -1,6 +1,6 @@
 // The CPU backend's attention against a double-precision computation of the spec's formula
 // (causal grouped-query softmax attention over a cache), for several segments and GQA groups; and
-// its promise that the thread count changes nothing.
+// its promises that neither the thread count nor the rows beside a row change its result.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -86,6 +86,8 @@ TEST(CpuAttention, MatchesDoublePrecisionOverSegmentsAndGroups) {
       {4, 4, 8, {{0, 5, 0}}},                          // a prompt from the start
       {8, 2, 16, {{0, 3, 40}, {0, 1, 7}, {0, 6, 0}}},  // caches continued, GQA 4
       {6, 3, 12, {{0, 1, 300}}},                       // one decoding row, GQA 2
+      // rows of more than 512 keys, split into blocks: decoding rows and a prompt crossing 512
+      {8, 2, 16, {{0, 2, 1500}, {0, 700, 0}}},
   };
   unsigned seed = 1;
   for (Case& c : cases) {
@@ -116,6 +118,27 @@ TEST(CpuAttention, ThreadsChangeNothing) {
     for (size_t i = 0; i < want.size(); i += 7)
       ASSERT_NEAR(one[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << "element " << i;
   }
+}
+
+// A row's result depends on its own keys only: a long prompt attended in one call (its rows' key
+// blocks held in several waves of partial results) gives the bits of the same rows attended in
+// calls of 500 rows, and of one decoding row alone.
+TEST(CpuAttention, RowsDoNotDependOnTheRowsBesideThem) {
+  Case whole{64, 64, 8, {{0, 3000, 0}}};
+  const Inputs in(whole, 20);
+  const std::vector<float> all = run(whole, in, 2);
+  const long width = 64 * 8;
+  for (int first = 0; first < 3000; first += 500) {
+    const AttentionSegment part{0, 500, first, in.k[0].data(), in.v[0].data()};
+    std::vector<float> got(static_cast<size_t>(500) * width, NAN);
+    attention(in.q.data() + first * width, 64, 64, 8, {&part, 1}, got.data(), 2);
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], all[first * width + i]) << "row " << first + i / width;
+  }
+  const AttentionSegment last{0, 1, 2999, in.k[0].data(), in.v[0].data()};
+  std::vector<float> alone(width, NAN);
+  attention(in.q.data() + 2999 * width, 64, 64, 8, {&last, 1}, alone.data(), 1);
+  for (long i = 0; i < width; ++i) ASSERT_EQ(alone[i], all[2999 * width + i]) << "element " << i;
 }
 
 }  // namespace

@@ -10,80 +10,198 @@ namespace photon::cpu {
 
 namespace {
 
-// One query row, all heads: softmax(q.k / sqrt(d)) over keys 0..last, then the weighted
-// sum of v. Keys are the outer loop so that each cached row is read once, front to back, for all
-// the heads: per head it would be strided reads across the whole cache, which made long-context
-// decoding bound by cache and TLB misses. scores: [heads][last + 1].
-void attend_row(const float* q, const float* k, const float* v, int last, int kv_stride, int heads,
-                int group, int head_dim, float scale, float* scores, float* out) {
-  const long n = last + 1;
+// Rows with more keys than this are split into blocks of this many keys, each a work item of its
+// own: a partial softmax (its maximum, its sum and its unnormalized weighted values per head),
+// combined in block order. So one long row (a single session decoding a long context) spreads
+// over the threads, reading each thread's keys front to back, and a row's result depends only on
+// its own keys, never on the rows beside it or the threads. Shorter rows stay one item each.
+constexpr int kKeyBlock = 512;
+// The most floats of partial results held at once (16 MiB): a long prompt's rows are attended in
+// waves of whole rows.
+constexpr size_t kMaxPartialFloats = size_t{4} << 20;
+
+struct Shape {
+  int heads, group, head_dim, kv_stride;
+  float scale;
+};
+
+// scores[h * n + j] = q_h . k_(j0 + j) * scale for j in [0, n). Keys are the outer loop so that
+// each cached row is read once, front to back, for all the heads: per head it would be strided
+// reads across the whole cache, which made long-context decoding bound by cache and TLB misses.
+void key_scores(const float* q, const float* k, long j0, long n, const Shape& s, float* scores) {
   for (long j = 0; j < n; ++j) {
-    const float* kj = k + j * kv_stride;
-    for (int h = 0; h < heads; ++h) {
-      const float* qh = q + h * head_dim;
-      const float* kh = kj + (h / group) * head_dim;
+    const float* kj = k + (j0 + j) * s.kv_stride;
+    for (int h = 0; h < s.heads; ++h) {
+      const float* qh = q + h * s.head_dim;
+      const float* kh = kj + (h / s.group) * s.head_dim;
       float dot = 0.0f;
       // Reordered into vector lanes, the same way on every call: results stay reproducible.
 #pragma omp simd reduction(+ : dot)
-      for (int d = 0; d < head_dim; ++d) dot += qh[d] * kh[d];
-      scores[h * n + j] = dot * scale;
-    }
-  }
-  for (int h = 0; h < heads; ++h) {
-    float* row = scores + h * n;
-    float max = -INFINITY;
-    for (long j = 0; j < n; ++j) max = row[j] > max ? row[j] : max;
-    float sum = 0.0f;
-    for (long j = 0; j < n; ++j) {
-      row[j] = std::exp(row[j] - max);
-      sum += row[j];
-    }
-    const float inv = 1.0f / sum;
-    for (long j = 0; j < n; ++j) row[j] *= inv;
-    for (int d = 0; d < head_dim; ++d) out[h * head_dim + d] = 0.0f;
-  }
-  for (long j = 0; j < n; ++j) {
-    const float* vj = v + j * kv_stride;
-    for (int h = 0; h < heads; ++h) {
-      const float w = scores[h * n + j];
-      const float* vh = vj + (h / group) * head_dim;
-      float* oh = out + h * head_dim;
-      for (int d = 0; d < head_dim; ++d) oh[d] += w * vh[d];
+      for (int d = 0; d < s.head_dim; ++d) dot += qh[d] * kh[d];
+      scores[h * n + j] = dot * s.scale;
     }
   }
 }
+
+// row[j] = exp(row[j] - max) for j in [0, n), with max the row's largest score; returns their sum.
+float exponentials(float* row, long n, float* max_out) {
+  float max = -INFINITY;
+  for (long j = 0; j < n; ++j) max = row[j] > max ? row[j] : max;
+  float sum = 0.0f;
+  for (long j = 0; j < n; ++j) {
+    row[j] = std::exp(row[j] - max);
+    sum += row[j];
+  }
+  *max_out = max;
+  return sum;
+}
+
+// out[h] = sum over j in [0, n) of weights[h * n + j] v_(j0 + j), heads concatenated.
+void weighted_values(const float* weights, const float* v, long j0, long n, const Shape& s,
+                     float* out) {
+  std::fill(out, out + static_cast<long>(s.heads) * s.head_dim, 0.0f);
+  for (long j = 0; j < n; ++j) {
+    const float* vj = v + (j0 + j) * s.kv_stride;
+    for (int h = 0; h < s.heads; ++h) {
+      const float w = weights[h * n + j];
+      const float* vh = vj + (h / s.group) * s.head_dim;
+      float* oh = out + h * s.head_dim;
+      for (int d = 0; d < s.head_dim; ++d) oh[d] += w * vh[d];
+    }
+  }
+}
+
+// One query row of at most kKeyBlock keys, all heads: softmax(q.k / sqrt(d)) over keys 0..n-1,
+// then the weighted sum of v. scores: [heads][n].
+void attend_row(const float* q, const float* k, const float* v, long n, const Shape& s,
+                float* scores, float* out) {
+  key_scores(q, k, 0, n, s, scores);
+  for (int h = 0; h < s.heads; ++h) {
+    float* row = scores + h * n;
+    float max;
+    const float inv = 1.0f / exponentials(row, n, &max);
+    for (long j = 0; j < n; ++j) row[j] *= inv;
+  }
+  weighted_values(scores, v, 0, n, s, out);
+}
+
+// Keys [j0, j0 + n) of a long row: per head its maximum score, the sum of exp(score - maximum)
+// and the values weighted by those, unnormalized: partial [heads * (2 + head_dim)].
+void attend_block(const float* q, const float* k, const float* v, long j0, long n, const Shape& s,
+                  float* scores, float* partial) {
+  float* max = partial;
+  float* sum = partial + s.heads;
+  key_scores(q, k, j0, n, s, scores);
+  for (int h = 0; h < s.heads; ++h) sum[h] = exponentials(scores + h * n, n, &max[h]);
+  weighted_values(scores, v, j0, n, s, partial + 2 * s.heads);
+}
+
+// The blocks' partials of one row, in block order, into its output.
+void combine(const float* partials, int blocks, const Shape& s, float* out) {
+  const long size = static_cast<long>(s.heads) * (2 + s.head_dim);
+  for (int h = 0; h < s.heads; ++h) {
+    float max = -INFINITY;
+    for (int b = 0; b < blocks; ++b) max = std::max(max, partials[b * size + h]);
+    float sum = 0.0f;
+    float* oh = out + h * s.head_dim;
+    std::fill(oh, oh + s.head_dim, 0.0f);
+    for (int b = 0; b < blocks; ++b) {
+      const float* p = partials + b * size;
+      const float scale = std::exp(p[h] - max);
+      sum += p[s.heads + h] * scale;
+      const float* acc = p + 2 * s.heads + h * s.head_dim;
+      for (int d = 0; d < s.head_dim; ++d) oh[d] += acc[d] * scale;
+    }
+    const float inv = 1.0f / sum;
+    for (int d = 0; d < s.head_dim; ++d) oh[d] *= inv;
+  }
+}
+
+// A work item: keys [j0, j0 + n) of one query row; partial < 0 for a whole row.
+struct Item {
+  long row;  // the query row (of q and out)
+  int segment;
+  long j0, n;
+  long partial;  // the item's slot of partial results, or -1
+};
+
+// A row split into blocks: their partials fill slots [first, first + blocks).
+struct LongRow {
+  long row;
+  long first;
+  int blocks;
+};
 
 }  // namespace
 
 void attention(const float* q, int heads, int kv_heads, int head_dim,
                std::span<const AttentionSegment> segments, float* out, int threads) {
-  const int group = heads / kv_heads;
-  const int q_stride = heads * head_dim, kv_stride = kv_heads * head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  // Flatten the rows of all segments, so that a single long segment and many short windows both
-  // spread over the threads.
-  std::vector<std::pair<int, int>> rows;  // (segment index, row within segment)
-  int max_keys = 0;
-  for (int s = 0; s < static_cast<int>(segments.size()); ++s) {
-    for (int i = 0; i < segments[s].rows; ++i) rows.emplace_back(s, i);
-    max_keys = std::max(max_keys, segments[s].start + segments[s].rows);
-  }
+  const Shape s{heads, heads / kv_heads, head_dim, kv_heads * head_dim,
+                1.0f / std::sqrt(static_cast<float>(head_dim))};
+  const long q_stride = static_cast<long>(heads) * head_dim;
+  const long partial_size = static_cast<long>(heads) * (2 + head_dim);
   long work = 0;  // multiply-adds, to keep short windows on the calling thread
-  for (const AttentionSegment& seg : segments)
+  int max_keys = 0;
+  for (const AttentionSegment& seg : segments) {
     work += static_cast<long>(seg.rows) * (seg.start + (seg.rows + 1) / 2) * heads * head_dim;
-  // Rows are the unit of work (one row, a single session decoding, stays on the calling thread
-  // however long its context), so that each row's arithmetic is the same whatever the threads.
+    max_keys = std::max(max_keys, seg.start + seg.rows);
+  }
   if (work <= (1 << 21)) threads = 1;
-  // Each thread's scores are allocated out here: the loop's items must not throw.
-  const size_t per_thread = static_cast<size_t>(heads) * max_keys;
+  // Scratch and partials are allocated out here: the loops' items must not throw.
+  const size_t per_thread = static_cast<size_t>(heads) * std::min(max_keys, kKeyBlock);
   std::vector<float> scores(per_thread * std::max(1, threads));
-  parallel_for(threads, static_cast<long>(rows.size()), [&](long t, int slot) {
-    const auto [s, i] = rows[t];
-    const AttentionSegment& seg = segments[s];
-    const long row = seg.row0 + i;
-    attend_row(q + row * q_stride, seg.k, seg.v, seg.start + i, kv_stride, heads, group, head_dim,
-               scale, scores.data() + static_cast<size_t>(slot) * per_thread, out + row * q_stride);
-  });
+  std::vector<Item> items;
+  std::vector<LongRow> long_rows;  // of the current wave
+  std::vector<float> partials;
+  const size_t wave_floats =
+      std::max<size_t>(kMaxPartialFloats,
+                       static_cast<size_t>((max_keys + kKeyBlock - 1) / kKeyBlock) * partial_size);
+
+  auto run_wave = [&] {
+    parallel_for(threads, static_cast<long>(items.size()), [&](long i, int slot) {
+      const Item& it = items[i];
+      const AttentionSegment& seg = segments[it.segment];
+      float* row_scores = scores.data() + static_cast<size_t>(slot) * per_thread;
+      if (it.partial < 0)
+        attend_row(q + it.row * q_stride, seg.k, seg.v, it.n, s, row_scores,
+                   out + it.row * q_stride);
+      else
+        attend_block(q + it.row * q_stride, seg.k, seg.v, it.j0, it.n, s, row_scores,
+                     partials.data() + it.partial * partial_size);
+    });
+    parallel_for(threads, static_cast<long>(long_rows.size()), [&](long r, int) {
+      const LongRow& row = long_rows[r];
+      combine(partials.data() + row.first * partial_size, row.blocks, s, out + row.row * q_stride);
+    });
+    items.clear();
+    long_rows.clear();
+  };
+
+  long slots = 0;  // partial slots taken in this wave
+  for (int seg_index = 0; seg_index < static_cast<int>(segments.size()); ++seg_index) {
+    const AttentionSegment& seg = segments[seg_index];
+    for (int i = 0; i < seg.rows; ++i) {
+      const long row = seg.row0 + i, keys = seg.start + i + 1;
+      if (keys <= kKeyBlock) {
+        items.push_back({row, seg_index, 0, keys, -1});
+        continue;
+      }
+      const long blocks = (keys + kKeyBlock - 1) / kKeyBlock;
+      if (static_cast<size_t>(slots + blocks) * partial_size > wave_floats) {
+        run_wave();
+        slots = 0;
+      }
+      if (partials.size() < static_cast<size_t>(slots + blocks) * partial_size)
+        partials.resize(
+            std::min(wave_floats, 2 * static_cast<size_t>(slots + blocks) * partial_size));
+      long_rows.push_back({row, slots, static_cast<int>(blocks)});
+      for (long b = 0; b < blocks; ++b) {
+        const long j0 = b * kKeyBlock;
+        items.push_back({row, seg_index, j0, std::min<long>(kKeyBlock, keys - j0), slots++});
+      }
+    }
+  }
+  run_wave();
 }
 
 }  // namespace photon::cpu

@@ -17,7 +17,9 @@ struct AttentionSegment {
 };
 
 // q: [n, heads * head_dim]; out: [n, heads * head_dim] (heads concatenated). Query head h reads kv
-// head h / (heads / kv_heads). At most `threads` threads.
+// head h / (heads / kv_heads). At most `threads` threads share the rows, and the key blocks of
+// long rows (a single session decoding a long context uses them all); a row's result depends on
+// its own query and keys only, not on the rows beside it or the thread count.
 void attention(const float* q, int heads, int kv_heads, int head_dim,
                std::span<const AttentionSegment> segments, float* out, int threads = 1);
 
