@@ -10,6 +10,8 @@
 // keep (docs/performance.md, issue 14).
 #include <immintrin.h>
 
+#include <type_traits>
+
 #include "backend/cpu/skinny_gemm_tiles.h"
 #include "backend/cpu/skinny_gemm_x86.h"
 
@@ -69,11 +71,15 @@ void widen(const W* src, float* dst, long n) {
   for (; i < n; ++i) dst[i] = Avx512::scalar(src + i);
 }
 
-// From 2 to 15 rows the products stream weights from memory with little arithmetic per byte, and
-// there the AVX2 kernels ran 6-12% faster than every AVX-512 tile shape tried (vanilla-600m at 8
-// sessions on a Zen 5 core; 1 row and 32 rows ran 10-17% faster with AVX-512). The bits are the
-// same either way.
-constexpr int kMinWideRows = 16;
+// Below these row counts the AVX2 kernels (3 x 2 tiles) run the products. With 16-bit weights
+// they were 6-10% faster at 2-4 rows, and these 10% (5 rows) to 88% (15 rows) faster from 5 on:
+// a 6 x 4 tile widens each weight vector once for 6 rows, the AVX2 tiles for every 3
+// (vanilla-600m's matrices, 2 threads on a Zen 5, alternating builds; vanilla-600m bf16 at 8
+// sessions decoded 128 -> 170 tok/s). With f32 weights the AVX2 kernels were 8-14% faster at 5-7
+// rows, and at 8 rows these were 5% faster on the matrices alone but 10% slower in the engine, so
+// f32 keeps them up to 15 rows. The bits are the same either way.
+template <class W>
+constexpr int kMinWideRows = std::is_same_v<W, float> ? 16 : 5;
 // With the blocked loops these beat OpenBLAS 0.3.21's GEMM, which a Zen 5 runs with its AVX2
 // kernels, at every row count measured: 300 to 4,096 rows of 1,664 or 4,096 columns ran 20-65%
 // faster (2 threads). Up to 256 rows the unblocked loops already did: photon-600m RecGen at 32
@@ -82,7 +88,7 @@ constexpr int kMaxRows = 4096;
 
 template <class W, SkinnyKernel SkinnyKernels::*kAvx2>
 void skinny_avx512(const SkinnyArgs& a) {
-  if (a.n > 1 && a.n < kMinWideRows)
+  if (a.n > 1 && a.n < kMinWideRows<W>)
     (kSkinnyAvx2.*kAvx2)(a);
   else
     skinny<Avx512, W>(a);
