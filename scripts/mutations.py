@@ -140,6 +140,16 @@ MUTATIONS = [
              "return k.slice(static_cast<int64_t>(layer) * capacity, capacity);",
              "return k.slice(static_cast<int64_t>(layer) * len, capacity);",
              "the K cache's layers are laid out by filled length instead of capacity"),
+    # ---- CPU attention and products (long rows' key blocks, groups of products) -----------------
+    Mutation("attention-block-rescale", "src/backend/cpu/attention.cpp",
+             "const float scale = std::exp(p[h] - max);", "const float scale = 1.0f;",
+             "a long row's key blocks are summed without rescaling to their common maximum"),
+    Mutation("attention-block-last-key", "src/backend/cpu/attention.cpp",
+             "std::min<long>(kKeyBlock, keys - j0)", "std::min<long>(kKeyBlock, keys - j0 - 1)",
+             "a long row's last key block leaves out the row's own key"),
+    Mutation("linear-group-item", "src/backend/cpu/linear.cpp",
+             "const long c = item - first[i];", "const long c = item - first[0];",
+             "the work items of a group's later products compute the wrong outputs"),
     # ---- session state ---------------------------------------------------------------------------
     Mutation("state-seed-not-restored", "src/engine/session_state.cpp",
              "  c.seed = in->seed();\n", "",
