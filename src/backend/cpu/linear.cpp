@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <array>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -88,12 +89,20 @@ namespace {
 // The skinny kernels over the outputs of every product in one parallel region, so that a thread
 // done with one matrix goes on to the next instead of waiting at the end of each.
 void skinny_products(const float* x, int n, std::span<const Product> products, int threads) {
+  // Groups are small (Q, K, V at most): longer ones go a few products at a time, so that the item
+  // tables below live on the stack instead of the heap at every call.
+  constexpr size_t kMaxGroup = 4;
+  if (products.size() > kMaxGroup) {
+    skinny_products(x, n, products.first(kMaxGroup), threads);
+    return skinny_products(x, n, products.subspan(kMaxGroup), threads);
+  }
   const SkinnyKernels& skinny = skinny_kernels();
   long macs = 0;
   for (const Product& p : products) macs += static_cast<long>(n) * p.w.out * p.w.in;
   const int wanted = threads_for(macs, kMinMacsPerThread, threads);
   // Per product: outputs per work item, and the index of its first item (first[size] = all).
-  std::vector<long> chunk(products.size()), first(products.size() + 1, 0);
+  std::array<long, kMaxGroup> chunk{};
+  std::array<long, kMaxGroup + 1> first{};
   for (size_t i = 0; i < products.size(); ++i) {
     const long out = products[i].w.out;
     chunk[i] = n == 1 ? std::max(kSkinnyChunk,
@@ -101,7 +110,7 @@ void skinny_products(const float* x, int n, std::span<const Product> products, i
                       : kSkinnyChunk;
     first[i + 1] = first[i] + ceil_div(out, chunk[i]);
   }
-  const long items = first.back();
+  const long items = first[products.size()];
   parallel_for(std::min<long>(wanted, items), items, [&](long item, int) {
     size_t i = 0;
     while (item >= first[i + 1]) ++i;

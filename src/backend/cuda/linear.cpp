@@ -123,11 +123,10 @@ namespace {
 
 // From this many rows a product with 16-bit weights is bound by the tensor cores, not by reading
 // the weights (n rows make n flops per byte of weights; an H100 or H200 does about 200 bf16 flops
-// in the time it reads a byte), so the two terms
-// take two GEMMs into y, the second accumulating, instead of one GEMM over the stacked rows: the
-// same arithmetic without writing and reading back 2 x rows x out partial sums (the stacked LM
-// head ran 3.3x a plain bf16 one at 2,048 rows; docs/performance.md, issue 16). Below it the
-// stacked GEMM reads the weights once for both terms.
+// in the time it reads a byte), so the two terms take two GEMMs into y, the second accumulating,
+// instead of one GEMM over the stacked rows: the same arithmetic without writing and reading back
+// 2 x rows x out partial sums (the stacked LM head ran 3.3x a plain bf16 one at 2,048 rows;
+// docs/performance.md, issue 16). Below it the stacked GEMM reads the weights once for both terms.
 constexpr int kTwoProductRows = 256;
 
 // Scratch per row of x for products of width `cols` with at most `widest` outputs: the two-term
