@@ -391,6 +391,20 @@ PHOTON_API photon_status photon_session_options_set_mode(photon_session_options 
  * start, so give the length the session needs. */
 PHOTON_API photon_status photon_session_options_set_context_length(photon_session_options *options,
                                                                    int32_t context_length);
+/* Storage of the session's KV caches (every cache its mode keeps):
+ *   PHOTON_DTYPE_F32 (the default): exact; the session computes what the model's specification
+ *     does, to float precision.
+ *   PHOTON_DTYPE_BF16, PHOTON_DTYPE_F16: half the memory per position, and half the bytes that
+ *     attention reads at each step. Each key and value is rounded once, when it is stored (to
+ *     nearest even; f16 keeps 3 more bits of precision, bf16 the range of f32). Attention still
+ *     computes in f32. Log-probabilities then differ from an f32 session's by a few 1e-3 on
+ *     typical models (docs/quality.md measures it). The log-probabilities that
+ *     photon_session_prefill_logprobs gives HierGen and vanilla sessions come from teacher
+ *     forcing with caches of their own, in f32, so they stay exact.
+ * A saved state records the type; a restored session keeps it. Sessions of different types can be
+ * batched together. */
+PHOTON_API photon_status photon_session_options_set_kv_type(photon_session_options *options,
+                                                            photon_dtype kv_type);
 /* Sampling. Each token is chosen from the model's logits l (one per vocabulary id) in this order:
  *   1. Repetition penalty r (if r != 1 and last_n > 0): each distinct id among the last last_n
  *      tokens of the history (prompt included) gets l / r if l > 0, else l * r.
@@ -454,6 +468,8 @@ PHOTON_API void photon_session_free(photon_session *session);
 
 /* The mode the session runs in (AUTO resolved to HIERGEN or RECGEN). */
 PHOTON_API photon_mode photon_session_mode(const photon_session *session);
+/* The storage of the session's KV caches (photon_session_options_set_kv_type); F32 for NULL. */
+PHOTON_API photon_dtype photon_session_kv_type(const photon_session *session);
 
 /* Consumes tokens into the session, in parallel, after whatever it holds already. The first
  * prefill of a session normally starts with BOS (photon_model_tokenize with add_bos). HierGen and
@@ -535,7 +551,7 @@ PHOTON_API int32_t photon_session_position(const photon_session *session);
 PHOTON_API photon_status photon_session_tokens(const photon_session *session, int32_t *tokens,
                                                size_t capacity, size_t *n_tokens);
 
-/* KV-cache bytes in use at one level, in the engine's compute precision: encoder_bytes for the
+/* KV-cache bytes in use at one level, in the session's kv type: encoder_bytes for the
  * level's encoder cache (the one that grows with the context), window_bytes for its open local
  * decoder windows (bounded by R + C - 1 positions each). PHOTON levels are 1..L; vanilla has one
  * level (1), reported as encoder_bytes. Either pointer may be NULL. Fails with
@@ -543,8 +559,9 @@ PHOTON_API photon_status photon_session_tokens(const photon_session *session, in
 PHOTON_API photon_status photon_session_kv_bytes(const photon_session *session, int32_t level,
                                                  uint64_t *encoder_bytes, uint64_t *window_bytes);
 
-/* Creates options holding the session's current settings (mode, context length and sampler), so a
- * caller can change some of them and apply the result with photon_session_set_sampler. */
+/* Creates options holding the session's current settings (mode, context length, kv type and
+ * sampler), so a caller can change some of them and apply the result with
+ * photon_session_set_sampler. */
 PHOTON_API photon_status photon_session_get_options(const photon_session *session,
                                                     photon_session_options **out);
 

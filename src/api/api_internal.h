@@ -32,6 +32,7 @@ struct photon_load_options {
 struct photon_session_options {
   photon_mode mode = PHOTON_MODE_AUTO;
   int32_t context_length = 0;
+  photon::DType kv_type = photon::DType::F32;
   photon::SamplerConfig sampler;
 };
 

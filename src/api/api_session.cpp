@@ -67,6 +67,19 @@ photon_status photon_session_options_set_context_length(photon_session_options* 
   });
 }
 
+photon_status photon_session_options_set_kv_type(photon_session_options* o, photon_dtype kv_type) {
+  return guard([&] {
+    require(o, "photon_session_options_set_kv_type", "options is NULL");
+    const int value = photon::api::enum_value(kv_type);
+    check_range(
+        value == PHOTON_DTYPE_F32 || value == PHOTON_DTYPE_F16 || value == PHOTON_DTYPE_BF16,
+        "photon_session_options_set_kv_type",
+        "unknown kv_type " + std::to_string(value) +
+            " (PHOTON_DTYPE_F32, PHOTON_DTYPE_F16 or PHOTON_DTYPE_BF16)");
+    o->kv_type = static_cast<photon::DType>(value);
+  });
+}
+
 photon_status photon_session_options_set_seed(photon_session_options* o, uint64_t seed) {
   return guard([&] {
     require(o, "photon_session_options_set_seed", "options is NULL");
@@ -159,7 +172,7 @@ photon_status photon_session_create(const photon_model* model,
       mode = photon::Mode::HierGen;
     auto handle = std::make_unique<photon_session>();
     handle->owner = model;
-    handle->session = photon::Session::create(*model->model, mode, context, o.sampler);
+    handle->session = photon::Session::create(*model->model, mode, context, o.sampler, o.kv_type);
     *out = handle.release();
   });
 }
@@ -176,6 +189,10 @@ photon_mode photon_session_mode(const photon_session* session) {
     case photon::Mode::Vanilla: return PHOTON_MODE_HIERGEN;
   }
   return PHOTON_MODE_AUTO;
+}
+
+photon_dtype photon_session_kv_type(const photon_session* session) {
+  return session ? static_cast<photon_dtype>(session->session->kv_type) : PHOTON_DTYPE_F32;
 }
 
 photon_status photon_session_prefill(photon_session* session, const int32_t* tokens,
@@ -299,6 +316,7 @@ photon_status photon_session_get_options(const photon_session* session,
     auto o = std::make_unique<photon_session_options>();
     o->mode = photon_session_mode(session);
     o->context_length = session->session->context;
+    o->kv_type = session->session->kv_type;
     o->sampler = session->session->sampler;
     *out = o.release();
   });

@@ -9,7 +9,8 @@
 
 namespace photon {
 
-void HierGenState::allocate(const Model& model, std::span<const int> encoder_capacity) {
+void HierGenState::allocate(const Model& model, std::span<const int> encoder_capacity,
+                            DType kv_type) {
   const ModelConfig& c = model.config();
   Backend& b = model.backend();
   const int L = c.num_levels();
@@ -18,9 +19,9 @@ void HierGenState::allocate(const Model& model, std::span<const int> encoder_cap
   for (int l = 1; l <= L; ++l) {
     HierLevel& lv = level(l);
     const StackConfig& enc = c.level(l).encoder;
-    lv.encoder.allocate(b, enc.layers, encoder_capacity[l - 1], enc.kv_dim());
+    lv.encoder.allocate(b, enc.layers, encoder_capacity[l - 1], enc.kv_dim(), kv_type);
     lv.pending = zero_matrix(b, c.level(l).chunk_len, c.latent_dim(l - 1), "pending children");
-    allocate_window(model, l, &lv.window);
+    allocate_window(model, l, &lv.window, kv_type);
   }
   top_last = zero_matrix(b, 1, c.latent_dim(L), "top-level state");
   has_top = false;
@@ -219,8 +220,8 @@ class HierGenRunner final : public Runner {
   using Runner::Runner;
 
   void init(Session& s) override {
-    s.state.emplace<HierGenState>().allocate(model_,
-                                             encoder_capacities(model_.config(), s.context));
+    s.state.emplace<HierGenState>().allocate(model_, encoder_capacities(model_.config(), s.context),
+                                             s.kv_type);
   }
 
   void prefill(Session& s, std::span<const int32_t> tokens, float* logprobs) override {

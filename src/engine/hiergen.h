@@ -25,8 +25,9 @@ struct HierGenState {
   bool has_top = false;
   int64_t pos = 0;  // tokens consumed
 
-  // encoder_capacity[l - 1]: complete level-l units the encoder cache can hold.
-  void allocate(const Model& model, std::span<const int> encoder_capacity);
+  // encoder_capacity[l - 1]: complete level-l units the encoder cache can hold; every KV cache in
+  // kv_type.
+  void allocate(const Model& model, std::span<const int> encoder_capacity, DType kv_type);
   HierLevel& level(int l) { return levels[l - 1]; }
   const HierLevel& level(int l) const { return levels[l - 1]; }
   // The hidden state that predicts token `pos` (the level-1 window's latest output).

@@ -5,11 +5,11 @@
 
 namespace photon {
 
-void allocate_window(const Model& model, int level, Window* window) {
+void allocate_window(const Model& model, int level, Window* window, DType kv_type) {
   const ModelConfig& c = model.config();
   const StackConfig& dec = c.level(level).decoder;
   window->allocate(model.backend(), dec.layers, dec.kv_dim(), c.level(level).prefix_len,
-                   c.level(level).chunk_len, c.decoder_dim(level));
+                   c.level(level).chunk_len, c.decoder_dim(level), kv_type);
 }
 
 void encode_units(const Model& model, int level, std::span<const EncodeJob> jobs, Workspace& ws) {

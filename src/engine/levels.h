@@ -33,8 +33,8 @@ struct WindowJob {
 };
 void run_windows(const Model& model, int level, std::span<const WindowJob> jobs, Workspace& ws);
 
-// Allocates a window of level l sized for its config.
-void allocate_window(const Model& model, int level, Window* window);
+// Allocates a window of level l sized for its config, its KV cache in kv_type.
+void allocate_window(const Model& model, int level, Window* window, DType kv_type);
 
 // log softmax(hidden . lm_head^T)[token] for each row; hidden [n, D_t] (or [n, D]).
 void token_logprobs(const Model& model, const Tensor& hidden, std::span<const int32_t> tokens,

@@ -27,13 +27,14 @@ class RecGenRunner final : public Runner {
     const int L = c.num_levels();
     RecGenState& st = s.state.emplace<RecGenState>();
     const StackConfig& enc = c.level(L).encoder;
-    st.top.allocate(b, enc.layers, static_cast<int>(s.context / c.block_tokens(L)), enc.kv_dim());
+    st.top.allocate(b, enc.layers, static_cast<int>(s.context / c.block_tokens(L)), enc.kv_dim(),
+                    s.kv_type);
     st.top_last = zero_matrix(b, 1, c.latent_dim(L), "top-level state");
     st.plans.resize(L + 1);
     for (int l = 2; l <= L; ++l)
       st.plans[l] = zero_matrix(b, c.level(l).chunk_len, c.latent_dim(l - 1), "plan");
     st.group.resize(c.level(2).chunk_len);
-    for (Window& w : st.group) allocate_window(model_, 1, &w);
+    for (Window& w : st.group) allocate_window(model_, 1, &w, s.kv_type);
   }
 
   void prefill(Session& s, std::span<const int32_t> tokens, float* logprobs) override {
@@ -95,7 +96,7 @@ class RecGenRunner final : public Runner {
       std::vector<int> caps;
       for (int l = 1; l < L; ++l) caps.push_back(static_cast<int>(length / c.block_tokens(l)));
       caps.push_back(sessions[i]->as<RecGenState>().top.capacity);
-      states[i].allocate(model_, caps);
+      states[i].allocate(model_, caps, sessions[i]->kv_type);
     }
     const std::vector<std::span<const int32_t>> whole(prompts.begin(), prompts.end());
     std::vector<AppendJob> jobs;
@@ -311,11 +312,12 @@ class RecGenRunner final : public Runner {
     return r.group_start + model_.config().block_tokens(2);
   }
 
-  // The level-l windows compute_plans runs, one per session, reused from call to call.
+  // The level-l windows compute_plans runs, one per session, reused from call to call. They live
+  // for one call, so they stay f32 whatever the sessions' kv type.
   std::vector<Window>& plan_windows(int level, size_t n) {
     if (plan_windows_.size() <= static_cast<size_t>(level)) plan_windows_.resize(level + 1);
     std::vector<Window>& windows = plan_windows_[level];
-    while (windows.size() < n) allocate_window(model_, level, &windows.emplace_back());
+    while (windows.size() < n) allocate_window(model_, level, &windows.emplace_back(), DType::F32);
     return windows;
   }
 
@@ -467,8 +469,8 @@ std::unique_ptr<Runner> make_recgen_runner(const Model& model) {
 void score_recgen(const Model& model, std::span<const int32_t> tokens, size_t prompt_tokens,
                   float* out) {
   if (prompt_tokens >= tokens.size()) return score_tokens(model, tokens, out);
-  std::unique_ptr<Session> s =
-      Session::create(model, Mode::RecGen, static_cast<int>(tokens.size()), SamplerConfig());
+  std::unique_ptr<Session> s = Session::create(model, Mode::RecGen, static_cast<int>(tokens.size()),
+                                               SamplerConfig(), DType::F32);
   s->runner->prefill(*s, tokens.first(prompt_tokens), out);
   // Everything after the prompt is consumed as RecGen consumes what it generated.
   s->as<RecGenState>().generated = true;

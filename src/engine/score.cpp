@@ -19,7 +19,7 @@ void score_vanilla(const Model& model, std::span<const int32_t> tokens, float* o
   const Tensor x = ws.get(Slot::Embedded, t, c.dim);
   b.embed(w.tok_emb, tokens, x);
   KvCache cache;
-  cache.allocate(b, c.stack.layers, t, c.stack.kv_dim());
+  cache.allocate(b, c.stack.layers, t, c.stack.kv_dim(), DType::F32);
   const StackSegment segment{&cache, t};
   stack_forward(w.stack, c.norm_eps, c.rope_theta, x, {&segment, 1}, ws);
   // Row i predicts token i + 1 (spec section 4).
@@ -45,7 +45,7 @@ void score_photon(const Model& model, std::span<const int32_t> tokens, float* ou
     if (M[l] == 0) continue;
     KvCache cache;
     cache.allocate(b, c.level(l).encoder.layers, static_cast<int>(M[l]),
-                   c.level(l).encoder.kv_dim());
+                   c.level(l).encoder.kv_dim(), DType::F32);
     const EncodeJob job{&cache, X[l - 1].slice(0, M[l] * c.level(l).chunk_len),
                         static_cast<int>(M[l]), X[l]};
     encode_units(model, l, {&job, 1}, ws);
@@ -81,7 +81,7 @@ void score_photon(const Model& model, std::span<const int32_t> tokens, float* ou
           ids.insert(ids.end(), tokens.begin() + first, tokens.begin() + first + children - 1);
         else
           copies.push_back({in, X[l - 1].slice(first, children - 1)});
-        allocate_window(model, l, &windows[i]);
+        allocate_window(model, l, &windows[i], DType::F32);
         jobs.push_back({&windows[i], cond.row(u), in});
         row += children - 1;
       }

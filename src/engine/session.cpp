@@ -12,7 +12,7 @@ Mode default_mode(const Model& model) {
 }
 
 std::unique_ptr<Session> Session::create(const Model& model, Mode mode, int context,
-                                         const SamplerConfig& sampler) {
+                                         const SamplerConfig& sampler, DType kv_type) {
   const ModelConfig& c = model.config();
   if (mode == Mode::RecGen && c.arch == Arch::Vanilla)
     fail(PHOTON_ERR_UNSUPPORTED,
@@ -23,7 +23,7 @@ std::unique_ptr<Session> Session::create(const Model& model, Mode mode, int cont
          "HierGen)");
   if ((mode == Mode::Vanilla) != (c.arch == Arch::Vanilla))
     fail(PHOTON_ERR_INTERNAL, "a session's mode does not fit its model's architecture");
-  std::unique_ptr<Session> s(new Session(model, mode, context, sampler));
+  std::unique_ptr<Session> s(new Session(model, mode, context, sampler, kv_type));
   s->runner = make_runner(mode, model);
   s->runner->init(*s);
   return s;

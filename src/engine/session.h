@@ -32,11 +32,12 @@ Mode default_mode(const Model& model);
 struct Session {
   // Throws Error(PHOTON_ERR_UNSUPPORTED) for RecGen on vanilla or a one-level model.
   static std::unique_ptr<Session> create(const Model& model, Mode mode, int context,
-                                         const SamplerConfig& sampler);
+                                         const SamplerConfig& sampler, DType kv_type);
 
   const Model& model;
   const Mode mode;
-  const int context;  // tokens the caches hold at most
+  const int context;    // tokens the caches hold at most
+  const DType kv_type;  // storage of the session's KV caches
   std::vector<int32_t> history;
   ModeState state;
   std::unique_ptr<Runner> runner;
@@ -71,8 +72,8 @@ struct Session {
   KvBytes kv_bytes(int level, std::string_view who) const;
 
  private:
-  Session(const Model& m, Mode md, int ctx, const SamplerConfig& s)
-      : model(m), mode(md), context(ctx), sampler(s) {}
+  Session(const Model& m, Mode md, int ctx, const SamplerConfig& s, DType kv)
+      : model(m), mode(md), context(ctx), kv_type(kv), sampler(s) {}
 };
 
 // photon_session_prefill_batch: checks every session's tokens (messages say "session i") before

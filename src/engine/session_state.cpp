@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "format/data_hash.h"
 
@@ -63,14 +64,30 @@ void StateWriter::expect_bytes(uint64_t bytes) {
             " bytes exceeds the format's 2 GiB limit");
 }
 
-FbOffset<fb::Cache> StateWriter::cache(const KvCache& c) {
-  std::vector<float> k(static_cast<size_t>(c.layers) * c.len * c.kv_dim), v(k.size());
+namespace {
+
+// The filled positions of a cache's keys and values, [layers][len][kv_dim], in its storage type.
+template <typename T>
+std::pair<std::vector<T>, std::vector<T>> download_cache(Backend& backend, const KvCache& c) {
+  std::vector<T> k(static_cast<size_t>(c.layers) * c.len * c.kv_dim), v(k.size());
   const size_t row = static_cast<size_t>(c.len) * c.kv_dim;
   for (int layer = 0; row > 0 && layer < c.layers; ++layer) {
-    backend_.download(k.data() + layer * row, c.k_layer(layer).slice(0, c.len));
-    backend_.download(v.data() + layer * row, c.v_layer(layer).slice(0, c.len));
+    backend.download(k.data() + layer * row, c.k_layer(layer).slice(0, c.len));
+    backend.download(v.data() + layer * row, c.v_layer(layer).slice(0, c.len));
   }
-  return fb::CreateCache(b_, c.layers, c.kv_dim, c.capacity, c.len, b_.CreateVector(k),
+  return {std::move(k), std::move(v)};
+}
+
+}  // namespace
+
+FbOffset<fb::Cache> StateWriter::cache(const KvCache& c) {
+  if (c.dtype == DType::F32) {
+    const auto [k, v] = download_cache<float>(backend_, c);
+    return fb::CreateCache(b_, c.layers, c.kv_dim, c.capacity, c.len, b_.CreateVector(k),
+                           b_.CreateVector(v));
+  }
+  const auto [k, v] = download_cache<uint16_t>(backend_, c);
+  return fb::CreateCache(b_, c.layers, c.kv_dim, c.capacity, c.len, 0, 0, b_.CreateVector(k),
                          b_.CreateVector(v));
 }
 
@@ -96,12 +113,12 @@ std::vector<uint8_t> save_session(Session& s, std::string_view who) {
   flatbuffers::FlatBufferBuilder& b = w.builder();
   const std::string& pending = s.stream.utf8.pending();
   const auto state = fb::CreateSessionState(
-      b, kSessionFormatVersion, model.file().data_hash(), b.CreateString(model.config_json()),
-      tokenizer_hash(model), w.kind, s.context, b.CreateVector(s.history), w.consumed,
-      put_sampler(b, s.sampler),
+      b, s.kv_type == DType::F32 ? 1 : 2, model.file().data_hash(),
+      b.CreateString(model.config_json()), tokenizer_hash(model), w.kind, s.context,
+      b.CreateVector(s.history), w.consumed, put_sampler(b, s.sampler),
       b.CreateVector(reinterpret_cast<const uint8_t*>(pending.data()), pending.size()),
       b.CreateString(s.stream.recent), w.levels, w.top_last, w.has_top, w.top, w.plans, w.group,
-      w.group_start, w.generated, w.kv_cache, w.hidden);
+      w.group_start, w.generated, w.kv_cache, w.hidden, static_cast<fb::KvType>(s.kv_type));
   fb::FinishSizePrefixedSessionStateBuffer(b, state);
   std::vector<uint8_t> blob(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
   const uint64_t hash = hash_data_section(blob.data(), blob.size());
@@ -127,12 +144,18 @@ void StateReader::cache(const fb::Cache* in, KvCache& c, int64_t expected_len,
              std::to_string(expected_len));
   const size_t row = static_cast<size_t>(in->len()) * c.kv_dim;
   const size_t n = row * c.layers;
-  expect(in->k() && in->v() && in->k()->size() == n && in->v()->size() == n,
-         what + " has the wrong size");
-  for (int layer = 0; row > 0 && layer < c.layers; ++layer) {
-    backend_.upload(c.k_layer(layer).slice(0, in->len()), in->k()->data() + layer * row);
-    backend_.upload(c.v_layer(layer).slice(0, in->len()), in->v()->data() + layer * row);
-  }
+  // The cache was allocated in the state's kv type: its stored bits go back unchanged.
+  auto fill = [&](const auto* k, const auto* v) {
+    expect(k && v && k->size() == n && v->size() == n, what + " has the wrong size");
+    for (int layer = 0; row > 0 && layer < c.layers; ++layer) {
+      backend_.upload(c.k_layer(layer).slice(0, in->len()), k->data() + layer * row);
+      backend_.upload(c.v_layer(layer).slice(0, in->len()), v->data() + layer * row);
+    }
+  };
+  if (c.dtype == DType::F32)
+    fill(in->k(), in->v());
+  else
+    fill(in->k16(), in->v16());
   c.len = in->len();
 }
 
@@ -215,7 +238,13 @@ std::unique_ptr<Session> restore_session(const Model& model, std::span<const uin
   R::expect(consumed >= 0 && consumed <= n && (mode != Mode::RecGen || consumed == n),
             "the consumed count is invalid");
 
-  std::unique_ptr<Session> s = Session::create(model, mode, context, get_sampler(st->sampler()));
+  const fb::KvType kv = st->kv_type();
+  R::expect(kv == fb::KvType::F32 || kv == fb::KvType::BF16 || kv == fb::KvType::F16,
+            "unknown KV cache type " + std::to_string(static_cast<int>(kv)));
+  R::expect(kv == fb::KvType::F32 || st->format_version() >= 2,
+            "16-bit KV caches in a format version 1 state");
+  std::unique_ptr<Session> s =
+      Session::create(model, mode, context, get_sampler(st->sampler()), static_cast<DType>(kv));
   s->history.assign(st->tokens()->begin(), st->tokens()->end());
   s->runner->restore(*s, StateReader(model.backend(), *st, c));
   if (st->utf8_pending()) {

@@ -16,8 +16,9 @@
 
 namespace photon {
 
-// Newest session-state format version this build reads and the one it writes.
-constexpr uint32_t kSessionFormatVersion = 1;
+// Newest session-state format version this build reads. It writes version 1 for sessions with f32
+// KV caches, so that older builds read them, and version 2 (16-bit caches) otherwise.
+constexpr uint32_t kSessionFormatVersion = 2;
 
 template <typename T>
 using FbOffset = flatbuffers::Offset<T>;

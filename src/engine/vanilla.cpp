@@ -19,7 +19,7 @@ class VanillaRunner final : public Runner {
   void init(Session& s) override {
     const ModelConfig& c = model_.config();
     VanillaState& st = s.state.emplace<VanillaState>();
-    st.cache.allocate(model_.backend(), c.stack.layers, s.context, c.stack.kv_dim());
+    st.cache.allocate(model_.backend(), c.stack.layers, s.context, c.stack.kv_dim(), s.kv_type);
     st.hidden = zero_matrix(model_.backend(), 1, c.dim, "last hidden state");
   }
 

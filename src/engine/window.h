@@ -16,11 +16,11 @@ struct Window {
   int n_outputs = 0;
   int consumed = 0;  // children consumed (RecGen level 1 records the last one without a run)
 
-  void allocate(Backend& backend, int layers, int kv_dim, int r, int c, int e) {
+  void allocate(Backend& backend, int layers, int kv_dim, int r, int c, int e, DType kv_type) {
     prefix_len = r;
     chunk_len = c;
     width = e;
-    cache.allocate(backend, layers, r + c - 1, kv_dim);
+    cache.allocate(backend, layers, r + c - 1, kv_dim, kv_type);
     outputs = zero_matrix(backend, c, e, "window outputs");
     n_outputs = consumed = 0;
   }

@@ -5,7 +5,9 @@
 #include <functional>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
+#include "core/dtype.h"
 #include "format/data_hash.h"
 #include "model_obj_generated.h"
 #include "session_obj_generated.h"
@@ -362,7 +364,8 @@ using flatbuffers::Offset;
 Offset<fbo::Cache> pack_cache(FlatBufferBuilder& b, const fbo::CacheT* c) {
   if (c == nullptr) return 0;
   const auto k = b.CreateVector(c->k), v = b.CreateVector(c->v);
-  return fbo::CreateCache(b, c->layers, c->kv_dim, c->capacity, c->len, k, v);
+  const auto k16 = b.CreateVector(c->k16), v16 = b.CreateVector(c->v16);
+  return fbo::CreateCache(b, c->layers, c->kv_dim, c->capacity, c->len, k, v, k16, v16);
 }
 
 Offset<fbo::WindowState> pack_window(FlatBufferBuilder& b, const fbo::WindowStateT* w) {
@@ -403,7 +406,7 @@ std::vector<uint8_t> pack_state(const fbo::SessionStateT& st) {
   const auto root = fbo::CreateSessionState(
       b, st.format_version, st.model_hash, config_json, st.tokenizer_hash, st.kind,
       st.context_length, tokens, st.consumed, sampler, utf8_pending, recent_text, levels, top_last,
-      st.has_top, top, plans, group, st.group_start, st.generated, cache, hidden);
+      st.has_top, top, plans, group, st.group_start, st.generated, cache, hidden, st.kv_type);
   fbo::FinishSizePrefixedSessionStateBuffer(b, root);
   std::vector<uint8_t> state(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
   state.resize(state.size() + kHashBytes);
@@ -477,8 +480,8 @@ void add_common_cases(StateCases& s) {
       hier, "SessionState.format_version", "0", [](S& st) { st.format_version = 0; }, kCorrupt,
       "format version 0 is invalid");
   s.edit(
-      hier, "SessionState.format_version", "2 (newer)", [](S& st) { st.format_version = 2; },
-      PHOTON_ERR_UNSUPPORTED_VERSION, "format version 2 is newer");
+      hier, "SessionState.format_version", "3 (newer)", [](S& st) { st.format_version = 3; },
+      PHOTON_ERR_UNSUPPORTED_VERSION, "format version 3 is newer");
   const std::string other_model = "it was saved with a different model or tokenizer";
   s.edit(
       hier, "SessionState.model_hash", "changed", [](S& st) { st.model_hash ^= 1; },
@@ -705,6 +708,71 @@ void add_recgen_cases(StateCases& s) {
       PHOTON_OK, "");
 }
 
+// Every cache of the state in 16 bits, as a session with bf16 KV caches saves it (version 2).
+void to_bf16(S& st) {
+  auto narrow = [](fbo::CacheT* c) {
+    if (c == nullptr) return;
+    for (auto [from, to] : {std::pair{&c->k, &c->k16}, std::pair{&c->v, &c->v16}}) {
+      to->resize(from->size());
+      convert_from_f32(DType::BF16, from->data(), to->data(), from->size());
+      from->clear();
+    }
+  };
+  for (auto& level : st.levels) {
+    narrow(level->encoder.get());
+    if (level->window) narrow(level->window->cache.get());
+  }
+  for (auto& window : st.group) narrow(window->cache.get());
+  narrow(st.top.get());
+  narrow(st.cache.get());
+  st.format_version = 2;
+  st.kv_type = fbo::KvType::BF16;
+}
+
+void add_kv_type_cases(StateCases& s) {
+  const auto hier = StateCases::kHier;
+  const auto rec = StateCases::kRec;
+  const auto van = StateCases::kVanilla;
+  s.edit(hier, "SessionState.kv_type", "bf16, every cache in 16 bits", to_bf16, PHOTON_OK, "");
+  s.edit(rec, "SessionState.kv_type", "bf16 (RecGen)", to_bf16, PHOTON_OK, "");
+  s.edit(van, "SessionState.kv_type", "bf16 (vanilla)", to_bf16, PHOTON_OK, "");
+  s.edit(
+      hier, "SessionState.kv_type", "9",
+      [](S& st) {
+        to_bf16(st);
+        st.kv_type = static_cast<fbo::KvType>(9);
+      },
+      kCorrupt, "unknown KV cache type 9");
+  s.edit(
+      hier, "SessionState.kv_type", "bf16 in a version 1 state",
+      [](S& st) {
+        to_bf16(st);
+        st.format_version = 1;
+      },
+      kCorrupt, "16-bit KV caches in a format version 1 state");
+  s.edit(
+      hier, "SessionState.kv_type", "bf16 over f32 caches",
+      [](S& st) {
+        st.format_version = 2;
+        st.kv_type = fbo::KvType::BF16;
+      },
+      kCorrupt, "level 1 encoder cache has the wrong size");
+  s.edit(
+      hier, "Cache.k16", "one value too many",
+      [](S& st) {
+        to_bf16(st);
+        st.levels[0]->encoder->k16.push_back(0);
+      },
+      kCorrupt, "level 1 encoder cache has the wrong size");
+  s.edit(
+      rec, "Cache.v16", "a single value (RecGen top)",
+      [](S& st) {
+        to_bf16(st);
+        st.top->v16.assign(1, 0);
+      },
+      kCorrupt, "the top-level cache has the wrong size");
+}
+
 void add_vanilla_cases(StateCases& s) {
   const auto van = StateCases::kVanilla;
   s.edit(
@@ -740,6 +808,7 @@ std::vector<DamageCase> damaged_session_states(const StateBases& bases) {
   add_hiergen_cases(s);
   add_recgen_cases(s);
   add_vanilla_cases(s);
+  add_kv_type_cases(s);
   return std::move(s.cases);
 }
 

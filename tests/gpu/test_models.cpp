@@ -77,7 +77,8 @@ std::vector<float> score(const photon_model* model, const std::vector<int32_t>& 
 }
 
 SessionPtr session(const photon_model* model, photon_mode mode, float temperature = 0.0f,
-                   uint64_t seed = 0, int32_t context = 0) {
+                   uint64_t seed = 0, int32_t context = 0,
+                   photon_dtype kv_type = PHOTON_DTYPE_F32) {
   photon_session_options* o = nullptr;
   EXPECT_EQ(photon_session_options_create(&o), PHOTON_OK);
   photon_session_options_set_mode(o, mode);
@@ -85,6 +86,7 @@ SessionPtr session(const photon_model* model, photon_mode mode, float temperatur
   photon_session_options_set_temperature(o, temperature);
   photon_session_options_set_seed(o, seed);
   if (context > 0) photon_session_options_set_context_length(o, context);
+  EXPECT_EQ(photon_session_options_set_kv_type(o, kv_type), PHOTON_OK);
   photon_session* s = nullptr;
   EXPECT_EQ(photon_session_create(model, o, &s), PHOTON_OK) << photon_last_error();
   photon_session_options_free(o);
@@ -195,8 +197,38 @@ TEST_P(GpuModels, GenerationMatchesTheCpu) {
   }
 }
 
+// Sessions with 16-bit KV caches compute on the GPU what they compute on the CPU: both round each
+// key and value to nearest even once, so with f32 weights kept in f32 the f32 bound applies.
+TEST_P(GpuModels, SixteenBitCachesMatchTheCpu) {
+  const ModelPtr cpu = load(f32_path_, "cpu");
+  const ModelPtr gpu = load_exact(f32_path_);
+  for (photon_mode mode : modes())
+    for (photon_dtype type : {PHOTON_DTYPE_BF16, PHOTON_DTYPE_F16}) {
+      SCOPED_TRACE("mode " + std::to_string(mode) + ", kv type " + std::to_string(type));
+      SessionPtr on_cpu = session(cpu.get(), mode, 0.0f, 0, 0, type);
+      SessionPtr on_gpu = session(gpu.get(), mode, 0.0f, 0, 0, type);
+      std::vector<float> want(tokens_.size()), got(tokens_.size());
+      ASSERT_EQ(photon_session_prefill_logprobs(on_cpu.get(), tokens_.data(), tokens_.size(),
+                                                want.data()),
+                PHOTON_OK)
+          << photon_last_error();
+      ASSERT_EQ(
+          photon_session_prefill_logprobs(on_gpu.get(), tokens_.data(), tokens_.size(), got.data()),
+          PHOTON_OK)
+          << photon_last_error();
+      for (size_t i = 1; i < want.size(); ++i)
+        EXPECT_LE(std::fabs(got[i] - want[i]), kF32Tolerance) << "position " << i;
+      EXPECT_GE(compare_runs(generate(on_cpu.get(), 16), generate(on_gpu.get(), 16), kF32Tolerance),
+                16u);
+      uint64_t cpu_bytes = 0, gpu_bytes = 0;
+      ASSERT_EQ(photon_session_kv_bytes(on_cpu.get(), 1, &cpu_bytes, nullptr), PHOTON_OK);
+      ASSERT_EQ(photon_session_kv_bytes(on_gpu.get(), 1, &gpu_bytes, nullptr), PHOTON_OK);
+      EXPECT_EQ(gpu_bytes, cpu_bytes);
+    }
+}
+
 // photon_session_prefill_batch and photon_session_generate_batch on the GPU give every session
-// what it gets alone there.
+// what it gets alone there, with sessions of every kv type in one batch.
 TEST_P(GpuModels, BatchEqualsAlone) {
   const ModelPtr gpu = load(bf16_path_, "cuda");
   std::vector<SessionPtr> batch, alone;
@@ -207,8 +239,11 @@ TEST_P(GpuModels, BatchEqualsAlone) {
     for (float temperature : {0.0f, 0.9f})
       for (int p = 0; p < 2; ++p, ++k) {
         prompts.push_back(sequence(5 + 7 * k, config_.vocab_size, k));
-        batch.push_back(session(gpu.get(), mode, temperature, 100 + k));
-        alone.push_back(session(gpu.get(), mode, temperature, 100 + k));
+        const photon_dtype kv_type = k % 3 == 0   ? PHOTON_DTYPE_F32
+                                     : k % 3 == 1 ? PHOTON_DTYPE_BF16
+                                                  : PHOTON_DTYPE_F16;
+        batch.push_back(session(gpu.get(), mode, temperature, 100 + k, 0, kv_type));
+        alone.push_back(session(gpu.get(), mode, temperature, 100 + k, 0, kv_type));
         ASSERT_EQ(photon_session_prefill(alone.back().get(), prompts.back().data(),
                                          prompts.back().size()),
                   PHOTON_OK);

@@ -20,7 +20,8 @@ TEST(Cancel, StopsPrefillBetweenSlicesAndKeepsTheSessionUsable) {
   std::vector<int32_t> prompt(3 * photon::Runner::kPrefillSlice, 7);
   prompt[0] = 1;
   for (photon::Mode mode : {photon::Mode::HierGen, photon::Mode::RecGen}) {
-    auto session = photon::Session::create(*model, mode, config.max_seq_len, {});
+    auto session =
+        photon::Session::create(*model, mode, config.max_seq_len, {}, photon::DType::F32);
     session->cancel_requested = true;
     try {
       session->runner->prefill(*session, prompt, nullptr);

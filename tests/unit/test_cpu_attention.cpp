@@ -1,6 +1,7 @@
 // The CPU backend's attention against a double-precision computation of the spec's formula
 // (causal grouped-query softmax attention over a cache), for several segments and GQA groups; and
-// its promises that neither the thread count nor the rows beside a row change its result.
+// its promises that neither the thread count nor the rows beside a row change its result, and that
+// a 16-bit cache computes what an f32 cache holding the same values does.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -47,7 +48,10 @@ struct Inputs {
 std::vector<double> reference(const Case& c, const Inputs& in) {
   const int d = c.head_dim, group = c.heads / c.kv_heads, kv_dim = c.kv_heads * d;
   std::vector<double> out(in.q.size());
-  for (const AttentionSegment& s : c.segments) {
+  for (size_t index = 0; index < c.segments.size(); ++index) {
+    const AttentionSegment& s = c.segments[index];
+    const float* keys_of = in.k[index].data();
+    const float* values_of = in.v[index].data();
     for (int i = 0; i < s.rows; ++i) {
       const long row = s.row0 + i;
       const int keys = s.start + i + 1;
@@ -56,7 +60,7 @@ std::vector<double> reference(const Case& c, const Inputs& in) {
         std::vector<double> w(keys);
         double max = -INFINITY, sum = 0;
         for (int j = 0; j < keys; ++j) {
-          const float* k = s.k + static_cast<long>(j) * kv_dim + (h / group) * d;
+          const float* k = keys_of + static_cast<long>(j) * kv_dim + (h / group) * d;
           double dot = 0;
           for (int e = 0; e < d; ++e) dot += static_cast<double>(q[e]) * k[e];
           w[j] = dot / std::sqrt(static_cast<double>(d));
@@ -66,7 +70,7 @@ std::vector<double> reference(const Case& c, const Inputs& in) {
         for (int e = 0; e < d; ++e) {
           double acc = 0;
           for (int j = 0; j < keys; ++j)
-            acc += w[j] / sum * s.v[static_cast<long>(j) * kv_dim + (h / group) * d + e];
+            acc += w[j] / sum * values_of[static_cast<long>(j) * kv_dim + (h / group) * d + e];
           out[(row * c.heads + h) * d + e] = acc;
         }
       }
@@ -139,6 +143,36 @@ TEST(CpuAttention, RowsDoNotDependOnTheRowsBesideThem) {
   std::vector<float> alone(width, NAN);
   attention(in.q.data() + 2999 * width, 64, 64, 8, {&last, 1}, alone.data(), 1);
   for (long i = 0; i < width; ++i) ASSERT_EQ(alone[i], all[2999 * width + i]) << "element " << i;
+}
+
+// A 16-bit cache (bf16, f16) gives what an f32 cache holding its values gives: its keys and
+// values are widened exactly and go through the same arithmetic (up to the vector lanes' order,
+// which may follow the rows' alignment), in short rows and in the key blocks of long ones, mixed
+// with f32 segments in one call. The rounding itself would move results by about 1e-3.
+TEST(CpuAttention, SixteenBitCachesComputeWhatF32CachesOfTheirValuesDo) {
+  for (const DType type : {DType::BF16, DType::F16}) {
+    Case c{8, 2, 16, {{0, 3, 40}, {0, 1, 1300}, {0, 600, 0}, {0, 2, 9}}};
+    Inputs in(c, 30);
+    std::vector<std::vector<uint16_t>> k16(c.segments.size()), v16(c.segments.size());
+    for (size_t i = 0; i < c.segments.size(); ++i) {
+      for (auto [values, bits] : {std::pair{&in.k[i], &k16[i]}, std::pair{&in.v[i], &v16[i]}}) {
+        bits->resize(values->size());
+        convert_from_f32(type, values->data(), bits->data(), values->size());
+        convert_to_f32(type, bits->data(), values->data(), values->size());  // the f32 twin
+      }
+    }
+    const std::vector<float> want = run(c, in, 2);
+    Case sixteen = c;
+    for (size_t i = 0; i < c.segments.size(); i += 2) {  // every other segment: mixed types
+      sixteen.segments[i].k = k16[i].data();
+      sixteen.segments[i].v = v16[i].data();
+      sixteen.segments[i].kv_type = type;
+    }
+    const std::vector<float> got = run(sixteen, in, 2);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-6 * (1 + std::abs(want[i])))
+          << dtype_name(type) << " element " << i;
+  }
 }
 
 }  // namespace

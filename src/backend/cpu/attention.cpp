@@ -25,12 +25,28 @@ struct Shape {
   float scale;
 };
 
+// The rows of one segment's keys or values, in the cache's storage type.
+struct CacheRows {
+  const void* data;
+  DType type;
+  int stride;  // elements per row (kv_heads * head_dim)
+
+  // Row j as f32: in place for an f32 cache, else widened into widened[0 .. stride).
+  const float* row(long j, float* widened) const {
+    if (type == DType::F32) return static_cast<const float*>(data) + j * stride;
+    convert_to_f32(type, static_cast<const uint16_t*>(data) + j * stride, widened,
+                   static_cast<size_t>(stride));
+    return widened;
+  }
+};
+
 // scores[h * n + j] = q_h . k_(j0 + j) * scale for j in [0, n). Keys are the outer loop so that
 // each cached row is read once, front to back, for all the heads: per head it would be strided
 // reads across the whole cache, which made long-context decoding bound by cache and TLB misses.
-void key_scores(const float* q, const float* k, long j0, long n, const Shape& s, float* scores) {
+void key_scores(const float* q, const CacheRows& k, long j0, long n, const Shape& s, float* scores,
+                float* widened) {
   for (long j = 0; j < n; ++j) {
-    const float* kj = k + (j0 + j) * s.kv_stride;
+    const float* kj = k.row(j0 + j, widened);
     for (int h = 0; h < s.heads; ++h) {
       const float* qh = q + h * s.head_dim;
       const float* kh = kj + (h / s.group) * s.head_dim;
@@ -57,11 +73,11 @@ float exponentials(float* row, long n, float* max_out) {
 }
 
 // out[h] = sum over j in [0, n) of weights[h * n + j] v_(j0 + j), heads concatenated.
-void weighted_values(const float* weights, const float* v, long j0, long n, const Shape& s,
-                     float* out) {
+void weighted_values(const float* weights, const CacheRows& v, long j0, long n, const Shape& s,
+                     float* out, float* widened) {
   std::fill(out, out + static_cast<long>(s.heads) * s.head_dim, 0.0f);
   for (long j = 0; j < n; ++j) {
-    const float* vj = v + (j0 + j) * s.kv_stride;
+    const float* vj = v.row(j0 + j, widened);
     for (int h = 0; h < s.heads; ++h) {
       const float w = weights[h * n + j];
       const float* vh = vj + (h / s.group) * s.head_dim;
@@ -71,29 +87,37 @@ void weighted_values(const float* weights, const float* v, long j0, long n, cons
   }
 }
 
+// Per-thread scratch: scores [heads][keys of one item], then one widened cache row.
+struct Scratch {
+  float* scores;
+  float* widened;
+};
+
 // One query row of at most kKeyBlock keys, all heads: softmax(q.k / sqrt(d)) over keys 0..n-1,
-// then the weighted sum of v. scores: [heads][n].
-void attend_row(const float* q, const float* k, const float* v, long n, const Shape& s,
-                float* scores, float* out) {
-  key_scores(q, k, 0, n, s, scores);
+// then the weighted sum of v.
+void attend_row(const float* q, const CacheRows& k, const CacheRows& v, long n, const Shape& s,
+                const Scratch& scratch, float* out) {
+  float* scores = scratch.scores;
+  key_scores(q, k, 0, n, s, scores, scratch.widened);
   for (int h = 0; h < s.heads; ++h) {
     float* row = scores + h * n;
     float max;
     const float inv = 1.0f / exponentials(row, n, &max);
     for (long j = 0; j < n; ++j) row[j] *= inv;
   }
-  weighted_values(scores, v, 0, n, s, out);
+  weighted_values(scores, v, 0, n, s, out, scratch.widened);
 }
 
 // Keys [j0, j0 + n) of a long row: per head its maximum score, the sum of exp(score - maximum)
 // and the values weighted by those, unnormalized: partial [heads * (2 + head_dim)].
-void attend_block(const float* q, const float* k, const float* v, long j0, long n, const Shape& s,
-                  float* scores, float* partial) {
+void attend_block(const float* q, const CacheRows& k, const CacheRows& v, long j0, long n,
+                  const Shape& s, const Scratch& scratch, float* partial) {
   float* max = partial;
   float* sum = partial + s.heads;
-  key_scores(q, k, j0, n, s, scores);
+  float* scores = scratch.scores;
+  key_scores(q, k, j0, n, s, scores, scratch.widened);
   for (int h = 0; h < s.heads; ++h) sum[h] = exponentials(scores + h * n, n, &max[h]);
-  weighted_values(scores, v, j0, n, s, partial + 2 * s.heads);
+  weighted_values(scores, v, j0, n, s, partial + 2 * s.heads, scratch.widened);
 }
 
 // The blocks' partials of one row, in block order, into its output.
@@ -148,8 +172,9 @@ void attention(const float* q, int heads, int kv_heads, int head_dim,
   }
   if (work <= (1 << 21)) threads = 1;
   // Scratch and partials are allocated out here: the loops' items must not throw.
-  const size_t per_thread = static_cast<size_t>(heads) * std::min(max_keys, kKeyBlock);
-  std::vector<float> scores(per_thread * std::max(1, threads));
+  const size_t score_floats = static_cast<size_t>(heads) * std::min(max_keys, kKeyBlock);
+  const size_t per_thread = score_floats + static_cast<size_t>(s.kv_stride);
+  std::vector<float> scratch(per_thread * std::max(1, threads));
   std::vector<Item> items;
   std::vector<LongRow> long_rows;  // of the current wave
   std::vector<float> partials;
@@ -161,12 +186,13 @@ void attention(const float* q, int heads, int kv_heads, int head_dim,
     parallel_for(threads, static_cast<long>(items.size()), [&](long i, int slot) {
       const Item& it = items[i];
       const AttentionSegment& seg = segments[it.segment];
-      float* row_scores = scores.data() + static_cast<size_t>(slot) * per_thread;
+      const CacheRows k{seg.k, seg.kv_type, s.kv_stride}, v{seg.v, seg.kv_type, s.kv_stride};
+      float* mine = scratch.data() + static_cast<size_t>(slot) * per_thread;
+      const Scratch thread_scratch{mine, mine + score_floats};
       if (it.partial < 0)
-        attend_row(q + it.row * q_stride, seg.k, seg.v, it.n, s, row_scores,
-                   out + it.row * q_stride);
+        attend_row(q + it.row * q_stride, k, v, it.n, s, thread_scratch, out + it.row * q_stride);
       else
-        attend_block(q + it.row * q_stride, seg.k, seg.v, it.j0, it.n, s, row_scores,
+        attend_block(q + it.row * q_stride, k, v, it.j0, it.n, s, thread_scratch,
                      partials.data() + it.partial * partial_size);
     });
     parallel_for(threads, static_cast<long>(long_rows.size()), [&](long r, int) {

@@ -146,10 +146,11 @@ void CpuBackend::kv_append(const Tensor& k, const Tensor& v,
                            std::span<const photon::AttentionSegment> segments) {
   for (const photon::AttentionSegment& s : segments) {
     const Tensor k_rows = k.slice(s.row0, s.rows), v_rows = v.slice(s.row0, s.rows);
-    const size_t bytes = k_rows.bytes();
-    if (bytes == 0) continue;
-    std::memcpy(at<char>(s.k.slice(s.start, s.rows)), at<char>(k_rows), bytes);
-    std::memcpy(at<char>(s.v.slice(s.start, s.rows)), at<char>(v_rows), bytes);
+    const size_t n = static_cast<size_t>(k_rows.rows * k_rows.cols);
+    if (n == 0) continue;
+    // A 16-bit cache takes each value rounded to nearest even, once.
+    convert_from_f32(s.k.dtype, at(k_rows), at<char>(s.k.slice(s.start, s.rows)), n);
+    convert_from_f32(s.v.dtype, at(v_rows), at<char>(s.v.slice(s.start, s.rows)), n);
   }
 }
 
@@ -158,7 +159,7 @@ void CpuBackend::attention(const Tensor& q, const AttentionShape& shape,
   std::vector<cpu::AttentionSegment> rows;
   rows.reserve(segments.size());
   for (const photon::AttentionSegment& s : segments)
-    rows.push_back({s.row0, s.rows, s.start, at(s.k), at(s.v)});
+    rows.push_back({s.row0, s.rows, s.start, at<char>(s.k), at<char>(s.v), s.k.dtype});
   cpu::attention(at(q), shape.heads, shape.kv_heads, shape.head_dim, rows, at(out), threads_);
 }
 

@@ -145,13 +145,11 @@ void launch_typed(dim3 grid, const float* q, const AttentionShape& shape,
 void validate(const AttentionShape& shape) {
   const bool ok = shape.heads > 0 && shape.kv_heads > 0 && shape.heads % shape.kv_heads == 0 &&
                   shape.head_dim > 0 && shape.head_dim % 2 == 0 &&
-                  shape.head_dim <= kMaxAttentionHeadDim &&
-                  (shape.kv_dtype == DType::F32 || shape.kv_dtype == DType::BF16);
+                  shape.head_dim <= kMaxAttentionHeadDim;
   check(ok, PHOTON_ERR_UNSUPPORTED,
         "cuda::attention: unsupported shape (heads " + std::to_string(shape.heads) + ", kv_heads " +
             std::to_string(shape.kv_heads) + ", head_dim " + std::to_string(shape.head_dim) +
-            "; head_dim must be even and at most " + std::to_string(kMaxAttentionHeadDim) +
-            ", the KV cache f32 or bf16)");
+            "; head_dim must be even and at most " + std::to_string(kMaxAttentionHeadDim) + ")");
 }
 
 }  // namespace
@@ -178,10 +176,17 @@ void attention_launch(const float* q, const AttentionShape& shape, const Attenti
   check(splits >= 1 && splits <= 65535 && (splits == 1 || partials), PHOTON_ERR_INTERNAL,
         "cuda::attention_launch: bad split count or missing partials");
   const dim3 grid(n_rows, (shape.heads + kWarps - 1) / kWarps, splits);
-  if (shape.kv_dtype == DType::BF16)
-    launch_typed<__nv_bfloat16>(grid, q, shape, segments, n_segments, partials, out, stream);
-  else
-    launch_typed<float>(grid, q, shape, segments, n_segments, partials, out, stream);
+  switch (shape.kv_dtype) {
+    case DType::F32:
+      launch_typed<float>(grid, q, shape, segments, n_segments, partials, out, stream);
+      break;
+    case DType::BF16:
+      launch_typed<__nv_bfloat16>(grid, q, shape, segments, n_segments, partials, out, stream);
+      break;
+    case DType::F16:
+      launch_typed<__half>(grid, q, shape, segments, n_segments, partials, out, stream);
+      break;
+  }
   if (splits > 1) {
     attention_combine_kernel<<<dim3(n_rows, shape.heads), 32, 0, stream>>>(
         partials, shape.heads, shape.head_dim, splits, segments, n_segments, out);

@@ -19,7 +19,7 @@
 namespace photon::cuda {
 
 // Query rows [row0, row0 + rows) sit at positions start .. start + rows - 1 of one sequence whose
-// cache k, v holds [start + rows, kv_heads * head_dim] values of the cache's dtype (f32 or bf16),
+// cache k, v holds [start + rows, kv_heads * head_dim] values of the cache's dtype (f32, bf16, f16),
 // position 0 first (one layer of a DeviceKvCache). Row i attends to keys 0 .. start + i.
 // Segments passed to a launch cover ascending, non-overlapping row ranges.
 struct AttentionSegment {
@@ -33,8 +33,8 @@ struct AttentionSegment {
 struct AttentionShape {
   int heads = 0;
   int kv_heads = 0;
-  int head_dim = 0;             // even, at most kMaxAttentionHeadDim
-  DType kv_dtype = DType::F32;  // F32 or BF16
+  int head_dim = 0;  // even, at most kMaxAttentionHeadDim
+  DType kv_dtype = DType::F32;
 };
 
 constexpr int kMaxAttentionHeadDim = 256;

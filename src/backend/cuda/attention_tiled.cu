@@ -170,8 +170,7 @@ void launch_typed(const float* q, const AttentionShape& shape, const AttentionSe
 
 bool attention_tiled_supports(const AttentionShape& shape) {
   return shape.heads > 0 && shape.kv_heads > 0 && shape.heads % shape.kv_heads == 0 &&
-         shape.head_dim > 0 && shape.head_dim % 4 == 0 && shape.head_dim <= kMaxTiledHeadDim &&
-         (shape.kv_dtype == DType::F32 || shape.kv_dtype == DType::BF16);
+         shape.head_dim > 0 && shape.head_dim % 4 == 0 && shape.head_dim <= kMaxTiledHeadDim;
 }
 
 void attention_tiled_launch(const float* q, const AttentionShape& shape,
@@ -181,10 +180,13 @@ void attention_tiled_launch(const float* q, const AttentionShape& shape,
   check(attention_tiled_supports(shape) && shape.heads <= 65535, PHOTON_ERR_INTERNAL,
         "cuda::attention_tiled_launch: unsupported shape (head_dim " +
             std::to_string(shape.head_dim) + ")");
-  if (shape.kv_dtype == DType::BF16)
-    launch_typed<__nv_bfloat16>(q, shape, segments, tiles, n_tiles, out, stream);
-  else
-    launch_typed<float>(q, shape, segments, tiles, n_tiles, out, stream);
+  switch (shape.kv_dtype) {
+    case DType::F32: launch_typed<float>(q, shape, segments, tiles, n_tiles, out, stream); break;
+    case DType::BF16:
+      launch_typed<__nv_bfloat16>(q, shape, segments, tiles, n_tiles, out, stream);
+      break;
+    case DType::F16: launch_typed<__half>(q, shape, segments, tiles, n_tiles, out, stream); break;
+  }
 }
 
 }  // namespace photon::cuda

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/attention.h"
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/linear.h"
 #include "backend/cuda/profiler.h"
@@ -117,6 +118,9 @@ class CudaBackend final : public Backend {
   void synchronize();
   void* address(const Tensor& t) const;
   float* f32(const Tensor& t) const;
+  // attention() over the segments whose caches are of s.kv_dtype.
+  void attention_of_type(const Tensor& q, const AttentionShape& s,
+                         std::span<const AttentionSegment> segs, const Tensor& out);
 
   mutable std::recursive_mutex mutex_;
   Device device_;  // first: its stream outlives every member below

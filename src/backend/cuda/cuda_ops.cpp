@@ -125,21 +125,29 @@ void CudaBackend::swiglu(const Tensor& gate, const Tensor& up) {
 
 namespace {
 
-// The kernels' segments: device addresses, and only segments that have rows.
+// The KV cache types among the segments, each once: sessions of different kv types batched
+// together take one launch of each kernel per type.
+std::vector<DType> kv_types(std::span<const photon::AttentionSegment> segments) {
+  std::vector<DType> types;
+  for (const photon::AttentionSegment& s : segments)
+    if (std::find(types.begin(), types.end(), s.k.dtype) == types.end()) types.push_back(s.k.dtype);
+  return types;
+}
+
+// The kernels' segments of one KV type: device addresses, and only segments that have rows.
 template <class Address>
 std::vector<AttentionSegment> device_segments(std::span<const photon::AttentionSegment> segments,
                                               Address address, int64_t rows, int kv_dim,
-                                              DType* kv_dtype) {
+                                              DType kv_dtype) {
   std::vector<AttentionSegment> out;
   out.reserve(segments.size());
   for (const photon::AttentionSegment& s : segments) {
-    if (s.rows == 0) continue;
+    if (s.rows == 0 || s.k.dtype != kv_dtype) continue;
     expect(s.row0 >= 0 && s.rows > 0 && s.row0 + s.rows <= rows && s.start >= 0 &&
                s.start + s.rows <= s.k.rows && s.k.cols == kv_dim && s.v.cols == kv_dim &&
                s.k.dtype == s.v.dtype &&
                (out.empty() || s.row0 >= out.back().row0 + out.back().rows),
            "attention segments out of order or out of their caches");
-    *kv_dtype = s.k.dtype;
     out.push_back({s.row0, s.rows, s.start, address(s.k), address(s.v)});
   }
   return out;
@@ -150,29 +158,36 @@ std::vector<AttentionSegment> device_segments(std::span<const photon::AttentionS
 void CudaBackend::kv_append(const Tensor& k, const Tensor& v,
                             std::span<const photon::AttentionSegment> segments) {
   Lock lock(*this, "kv_append");
-  DType kv_dtype = DType::F32;
-  const std::vector<AttentionSegment> segs = device_segments(
-      segments, [this](const Tensor& t) { return address(t); }, k.rows, as_int(k.cols), &kv_dtype);
-  if (segs.empty()) return;
   expect(v.rows == k.rows && v.cols == k.cols, "kv_append: shapes");
-  reserve_scratch(bytes_of<AttentionSegment>(segs.size()), 1);
-  ArenaScope scope(scratch_);
-  const AttentionSegment* staged = stage(std::span<const AttentionSegment>(segs), "KV segments");
-  kv_append_launch(f32(k), f32(v), as_int(k.cols), kv_dtype, staged, static_cast<int>(segs.size()),
-                   as_int(k.rows), stream());
+  for (const DType kv_dtype : kv_types(segments)) {
+    const std::vector<AttentionSegment> segs = device_segments(
+        segments, [this](const Tensor& t) { return address(t); }, k.rows, as_int(k.cols), kv_dtype);
+    if (segs.empty()) continue;
+    reserve_scratch(bytes_of<AttentionSegment>(segs.size()), 1);
+    ArenaScope scope(scratch_);
+    const AttentionSegment* staged = stage(std::span<const AttentionSegment>(segs), "KV segments");
+    kv_append_launch(f32(k), f32(v), as_int(k.cols), kv_dtype, staged,
+                     static_cast<int>(segs.size()), as_int(k.rows), stream());
+  }
 }
 
 void CudaBackend::attention(const Tensor& q, const photon::AttentionShape& shape,
                             std::span<const photon::AttentionSegment> segments, const Tensor& out) {
   Lock lock(*this, "attention");
-  AttentionShape s{shape.heads, shape.kv_heads, shape.head_dim, DType::F32};
-  const std::vector<AttentionSegment> segs = device_segments(
-      segments, [this](const Tensor& t) { return address(t); }, q.rows,
-      shape.kv_heads * shape.head_dim, &s.kv_dtype);
-  if (segs.empty()) return;
   expect(q.cols == static_cast<int64_t>(shape.heads) * shape.head_dim && out.rows == q.rows &&
              out.cols == q.cols,
          "attention: shapes");
+  for (const DType kv_dtype : kv_types(segments)) {
+    const AttentionShape s{shape.heads, shape.kv_heads, shape.head_dim, kv_dtype};
+    const std::vector<AttentionSegment> segs = device_segments(
+        segments, [this](const Tensor& t) { return address(t); }, q.rows,
+        shape.kv_heads * shape.head_dim, kv_dtype);
+    if (!segs.empty()) attention_of_type(q, s, segs, out);
+  }
+}
+
+void CudaBackend::attention_of_type(const Tensor& q, const AttentionShape& s,
+                                    std::span<const AttentionSegment> segs, const Tensor& out) {
   // Long segments (prefill) to the tiled kernel, short ones (decode, windows) to the row kernel;
   // each kernel leaves the other's rows alone.
   const bool tiled = attention_tiled_supports(s);

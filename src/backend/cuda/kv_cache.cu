@@ -101,13 +101,17 @@ void kv_append_launch(const float* k, const float* v, int kv_dim, DType dtype,
                       const AttentionSegment* segments, int n_segments, int n_rows,
                       cudaStream_t stream) {
   if (n_rows <= 0 || n_segments <= 0 || kv_dim <= 0) return;
-  if (dtype == DType::BF16) {
-    kv_append_kernel<__nv_bfloat16>
-        <<<n_rows, kThreads, 0, stream>>>(k, v, kv_dim, segments, n_segments);
-  } else {
-    check(dtype == DType::F32, PHOTON_ERR_UNSUPPORTED,
-          "cuda::kv_append: the cache type must be f32 or bf16");
-    kv_append_kernel<float><<<n_rows, kThreads, 0, stream>>>(k, v, kv_dim, segments, n_segments);
+  switch (dtype) {
+    case DType::F32:
+      kv_append_kernel<float><<<n_rows, kThreads, 0, stream>>>(k, v, kv_dim, segments, n_segments);
+      break;
+    case DType::BF16:
+      kv_append_kernel<__nv_bfloat16>
+          <<<n_rows, kThreads, 0, stream>>>(k, v, kv_dim, segments, n_segments);
+      break;
+    case DType::F16:
+      kv_append_kernel<__half><<<n_rows, kThreads, 0, stream>>>(k, v, kv_dim, segments, n_segments);
+      break;
   }
   check_launch("kv_append_kernel");
 }
