@@ -130,7 +130,7 @@ BenchModel open_model(const ModelSource& source, const WriteSettings& settings,
   return bench;
 }
 
-SessionPtr open_session(const photon_model* model, Row row, int32_t context, uint64_t seed) {
+SessionPtr open_session(const BenchModel& model, Row row, int32_t context, uint64_t seed) {
   photon_session_options* raw = nullptr;
   check(photon_session_options_create(&raw), "cannot create session options");
   SessionOptionsPtr options(raw);
@@ -140,11 +140,12 @@ SessionPtr open_session(const photon_model* model, Row row, int32_t context, uin
   check(photon_session_options_set_mode(options.get(), mode), "cannot set the mode");
   check(photon_session_options_set_context_length(options.get(), context),
         "cannot set the context length to " + std::to_string(context));
+  check(photon_session_options_set_kv_type(options.get(), model.kv_type), "cannot set --kv-type");
   check(photon_session_options_set_ignore_eos(options.get(), 1), "cannot ignore EOS");
   check(photon_session_options_set_temperature(options.get(), 1.0f), "cannot set temperature");
   check(photon_session_options_set_seed(options.get(), seed), "cannot set the sampler seed");
   photon_session* session = nullptr;
-  check(photon_session_create(model, options.get(), &session),
+  check(photon_session_create(model.model.get(), options.get(), &session),
         std::string("cannot create a ") + row_name(row) + " session");
   return SessionPtr(session);
 }

@@ -25,10 +25,11 @@ struct BenchModel {
   ModelPtr model;
   nlohmann::json config;
   uint64_t parameters = 0;
-  std::string arch;       // "photon" or "vanilla"
-  int levels = 0;         // PHOTON levels; 0 for vanilla
-  std::vector<Row> rows;  // the rows this model can run, in the paper's order
-  int32_t threads = 0;    // --threads (0: the library's default)
+  std::string arch;                         // "photon" or "vanilla"
+  int levels = 0;                           // PHOTON levels; 0 for vanilla
+  std::vector<Row> rows;                    // the rows this model can run, in the paper's order
+  int32_t threads = 0;                      // --threads (0: the library's default)
+  photon_dtype kv_type = PHOTON_DTYPE_F32;  // --kv-type of the sessions it opens
 };
 
 // Where a benchmark model comes from and how one with random weights is written.
@@ -49,7 +50,7 @@ BenchModel open_model(const ModelSource& source, const WriteSettings& settings,
 
 // A session of the protocol: the row's mode, `context` tokens of cache allocated up front, EOS
 // ignored, temperature 1 with a fixed seed.
-SessionPtr open_session(const photon_model* model, Row row, int32_t context, uint64_t seed);
+SessionPtr open_session(const BenchModel& model, Row row, int32_t context, uint64_t seed);
 
 // n random token ids in [3, vocab), with BOS first when with_bos (the start of a prompt).
 std::vector<int32_t> random_tokens(const photon_model* model, size_t n, uint64_t seed,

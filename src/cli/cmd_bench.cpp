@@ -40,6 +40,7 @@ struct Plan {
   int32_t decode_tokens = 0;
   int32_t kv_context = 2176;
   int32_t threads = 0;
+  photon_dtype kv_type = PHOTON_DTYPE_F32;
 };
 
 Regime parse_regime(const std::string& text) {
@@ -140,6 +141,7 @@ Record base_record(const char* study, const BenchModel& model, Row row) {
   record["parameters"] = model.parameters;
   record["mode"] = bench::row_name(row);
   record["device"] = photon_model_device(model.model.get());
+  record["kv_type"] = dtype_name(model.kv_type);
   record["cpu"] = bench::cpu_name();
   record["hardware_threads"] = bench::hardware_threads();
   record["load_average"] = bench::load_average();
@@ -202,7 +204,7 @@ BatchResult run_batch(const BenchModel& model, Row row, int32_t prompt, int32_t 
   std::vector<const int32_t*> tokens;
   std::vector<size_t> lengths;
   for (int b = 0; b < batch; ++b) {
-    sessions.push_back(bench::open_session(model.model.get(), row, context, seed + b));
+    sessions.push_back(bench::open_session(model, row, context, seed + b));
     handles.push_back(sessions.back().get());
     prompts.push_back(bench::random_tokens(model.model.get(), prompt, seed * 1000003 + b, true));
     tokens.push_back(prompts.back().data());
@@ -386,11 +388,11 @@ void study_scaling(const Plan& plan, const BenchModel& model, Row row, Sink& sin
   // one session: prefill up to the next context, time the generated tokens, and go on.
   SessionPtr shared;
   if (row != Row::RecGen) {
-    shared = bench::open_session(model.model.get(), row, plan.contexts.back(), plan.seed);
+    shared = bench::open_session(model, row, plan.contexts.back(), plan.seed);
   }
   for (int32_t context : plan.contexts) {
     SessionPtr fresh;
-    if (row == Row::RecGen) fresh = bench::open_session(model.model.get(), row, context, plan.seed);
+    if (row == Row::RecGen) fresh = bench::open_session(model, row, context, plan.seed);
     photon_session* session = row == Row::RecGen ? fresh.get() : shared.get();
     // One untimed token first: it runs the prompt's last position and any per-session setup, so
     // the timed tokens are steady decoding between context - g and context.
@@ -433,7 +435,7 @@ void study_kv(const Plan& plan, const BenchModel& model, Row row, Sink& sink) {
     Progress progress(model.name + " " + bench::row_name(row) + " KV", context);
     bench::release_free_heap();
     const uint64_t before = bench::resident_bytes();
-    SessionPtr session = bench::open_session(model.model.get(), row, context + 1, plan.seed);
+    SessionPtr session = bench::open_session(model, row, context + 1, plan.seed);
     const std::vector<int32_t> tokens =
         bench::random_tokens(model.model.get(), context + 1 - g, plan.seed, true);
     check(photon_session_prefill(session.get(), tokens.data(), tokens.size()),
@@ -496,7 +498,9 @@ Plan make_plan(const Args& args) {
     throw UsageError("no model: give -m MODEL, --preset NAME or --config C.json");
   plan.write.dir = args.value("model-dir").value_or(default_model_dir());
   if (std::optional<std::string> dtype = args.value("dtype"))
-    plan.write.dtype = parse_dtype(*dtype);
+    plan.write.dtype = parse_dtype(*dtype, "--dtype");
+  if (std::optional<std::string> kv_type = args.value("kv-type"))
+    plan.kv_type = parse_dtype(*kv_type, "--kv-type");
   if (std::optional<std::string> seed = args.value("seed")) {
     plan.seed = parse_uint64(*seed, "--seed");
     plan.write.seed = plan.seed;
@@ -547,7 +551,7 @@ int run_bench(const std::vector<std::string>& argv) {
   Args args({{"study"}, {"model", 'm'}, {"preset"}, {"config"}, {"model-dir"}, {"dtype"}, {"seed"},
              {"mode"}, {"regime"}, {"batch"}, {"memory-budget"}, {"max-batch"}, {"contexts"},
              {"decode-tokens"}, {"context"}, {"device"}, {"threads"}, {"json"}, {"markdown"},
-             {"tables-from"}},
+             {"tables-from"}, {"kv-type"}},
             0);
   // clang-format on
   args.parse(argv);
@@ -568,6 +572,7 @@ int run_bench(const std::vector<std::string>& argv) {
   std::vector<BenchModel> models;
   for (const bench::ModelSource& source : plan.sources) {
     models.push_back(bench::open_model(source, plan.write, device_option(args), plan.threads));
+    models.back().kv_type = plan.kv_type;
   }
   size_t runs = 0;
   for (const BenchModel& model : models) {
@@ -622,6 +627,7 @@ const Command kBenchCommand = {
     "  --config C.json       a configuration file (named after the file)\n"
     "  --model-dir DIR       where written models are kept (default $TMPDIR/photon-bench-models)\n"
     "  --dtype f32|f16|bf16  storage type of written models (default f32)\n"
+    "  --kv-type T           storage of the sessions' KV caches: f32 (default), f16, bf16\n"
     "  --seed S              seed of the weights, prompts and samplers (default 0)\n"
     "  --mode MODE           only vanilla, block, hiergen or recgen runs (repeatable)\n"
     "  --device DEV          cpu (default), cuda, cuda:N or auto; on a GPU, memory per sample\n"

@@ -73,6 +73,10 @@ void apply_flags(const Args& args, photon_session_options* o) {
     if (context < 1) throw UsageError("--ctx: must be at least 1, got " + *text);
     check_setting(photon_session_options_set_context_length(o, context), "--ctx");
   }
+  if (auto text = args.value("kv-type")) {
+    check_setting(photon_session_options_set_kv_type(o, parse_dtype(*text, "--kv-type")),
+                  "--kv-type");
+  }
   if (auto text = args.value("seed")) {
     check_setting(photon_session_options_set_seed(o, parse_uint64(*text, "--seed")), "--seed");
   }
@@ -162,7 +166,8 @@ int run_generate(const std::vector<std::string>& argv) {
              {"stop"},           {"ctx"},
              {"save-session"},   {"resume"},
              {"threads"},        {"ignore-eos", 0, false},
-             {"device"},         {"json", 0, false}},
+             {"device"},         {"kv-type"},
+             {"json", 0, false}},
             0);
   args.parse(argv);
   const bool resume = args.has("resume");
@@ -171,8 +176,8 @@ int run_generate(const std::vector<std::string>& argv) {
   if (!resume && !args.has("prompt") && !args.has("tokens")) {
     throw UsageError("give -p TEXT, --tokens IDS or --resume FILE");
   }
-  if (resume && (args.has("mode") || args.has("ctx"))) {
-    throw UsageError("--mode and --ctx come from the saved session with --resume");
+  if (resume && (args.has("mode") || args.has("ctx") || args.has("kv-type"))) {
+    throw UsageError("--mode, --ctx and --kv-type come from the saved session with --resume");
   }
   std::vector<int32_t> prompt;
   if (args.has("tokens")) prompt = parse_token_list(*args.value("tokens"), "--tokens");
@@ -264,6 +269,7 @@ int run_generate(const std::vector<std::string>& argv) {
     out["prompt_tokens"] = prompt.size();
     out["mode"] = mode_name(photon_session_mode(session.get()));
     out["device"] = photon_model_device(model.get());
+    out["kv_type"] = dtype_name(photon_session_kv_type(session.get()));
     std::printf("%s\n", out.dump().c_str());
   } else {
     const std::chrono::duration<double> prefill_time = prefilled - start;
@@ -304,15 +310,17 @@ const Command kGenerateCommand = {
     "  --seed S             sampler seed (default 0): same seed, same output\n"
     "  --stop STR           stop once the generated text contains STR (repeatable)\n"
     "  --ctx N              session context length, at most the model's (default: the model's)\n"
+    "  --kv-type T          storage of the KV caches: f32 (default, exact), bf16 or f16 (half\n"
+    "                       the memory; keys and values rounded once when stored)\n"
     "  --ignore-eos         keep generating past the end-of-sequence token\n"
     "  --device DEV         cpu (default), cuda, cuda:N (GPU N) or auto (a GPU when one is\n"
     "                       usable, else the CPU); on a GPU, bf16 weights and the whole --ctx\n"
     "                       in device memory\n"
     "  --threads N          compute with at most N threads (default: every core)\n"
     "  --save-session FILE  save the session's state at the end (resume it with --resume)\n"
-    "  --resume FILE        continue a saved session: its mode, context and sampler settings\n"
-    "                       apply, sampling flags given here override them; -p / --tokens add\n"
-    "                       more prompt first (no BOS)\n"
+    "  --resume FILE        continue a saved session: its mode, context, kv type and sampler\n"
+    "                       settings apply, sampling flags given here override them; -p /\n"
+    "                       --tokens add more prompt first (no BOS)\n"
     "  --json               after the text, one JSON line: tokens, logprobs, stop_reason,\n"
     "                       prompt_tokens, mode, device\n",
     run_generate};

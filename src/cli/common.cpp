@@ -130,11 +130,11 @@ const char* mode_name(photon_mode mode) {
   return "unknown";
 }
 
-photon_dtype parse_dtype(const std::string& text) {
+photon_dtype parse_dtype(const std::string& text, const std::string& what) {
   if (text == "f32") return PHOTON_DTYPE_F32;
   if (text == "f16") return PHOTON_DTYPE_F16;
   if (text == "bf16") return PHOTON_DTYPE_BF16;
-  throw UsageError("--dtype: '" + text + "' is not one of f32, f16, bf16");
+  throw UsageError(what + ": '" + text + "' is not one of f32, f16, bf16");
 }
 
 const char* dtype_name(photon_dtype dtype) {
@@ -151,7 +151,8 @@ WriteOptionsPtr make_write_options(const Args& args, ProgressBar* progress) {
   check(photon_write_options_create(&raw), "cannot create write options");
   WriteOptionsPtr options(raw);
   if (std::optional<std::string> dtype = args.value("dtype")) {
-    check_setting(photon_write_options_set_dtype(options.get(), parse_dtype(*dtype)), "--dtype");
+    check_setting(photon_write_options_set_dtype(options.get(), parse_dtype(*dtype, "--dtype")),
+                  "--dtype");
   }
   if (std::optional<std::string> seed = args.value("seed")) {
     check_setting(photon_write_options_set_seed(options.get(), parse_uint64(*seed, "--seed")),

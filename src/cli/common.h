@@ -62,7 +62,7 @@ std::vector<int32_t> tokenize(const photon_model* model, const std::string& text
 std::string detokenize(const photon_model* model, const std::vector<int32_t>& tokens);
 
 // Storage dtypes by their command-line names.
-photon_dtype parse_dtype(const std::string& text);
+photon_dtype parse_dtype(const std::string& text, const std::string& what);
 // "auto" | "hiergen" | "recgen" (UsageError naming --mode otherwise), and back.
 photon_mode parse_mode(const std::string& text);
 const char* mode_name(photon_mode mode);

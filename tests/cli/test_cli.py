@@ -179,6 +179,7 @@ def group_errors():
         ("--min-p", "1"), ("--repeat-penalty", "0.5"), ("--repeat-last-n", "x"),
         ("--mode", "fast"), ("--seed", "-1"), ("--seed", "seven"), ("--ctx", "0"),
         ("--ctx", "abc"), ("--ctx", "99999999"), ("--stop", ""), ("--top-k", "1e3"),
+        ("--kv-type", "f8"), ("--kv-type", "BF16"),
     ]
     for flag, value in bad_values:
         expect_failure(photon("generate", "-m", m, "--tokens", "1,2", flag, value), 2, "generate",
@@ -490,6 +491,12 @@ def group_generate():
     check(out.get("mode") == "recgen", "--mode recgen")
     _, out = generate("--tokens", "1,2,3", "-n", 4, path=model("vanilla-small"))
     check(out.get("mode") == "hiergen", "vanilla decodes plainly (reported as hiergen)")
+    _, exact = generate("--tokens", "1,2,3", "-n", 12, "--ignore-eos")
+    check(exact.get("kv_type") == "f32", "f32 KV caches by default: %s" % exact)
+    for kv_type in ("bf16", "f16"):
+        _, rounded = generate("--tokens", "1,2,3", "-n", 12, "--ignore-eos", "--kv-type", kv_type)
+        check(rounded.get("kv_type") == kv_type and len(rounded.get("tokens", [])) == 12,
+              "--kv-type %s: %s" % (kv_type, rounded))
 
     text, out = generate("-p", "Hello world", "-n", 6)
     check(text.startswith("Hello world"), "-p echoes the prompt: %r" % text)
@@ -562,10 +569,21 @@ def group_resume():
         check(len(greedy.get("tokens", [])) == 5, "%s %s: override run" % (name, mode))
         expect_failure(photon("generate", "-m", model(name), "--resume", state, "--mode", "hiergen"), 2,
                        "generate", "--resume")
+        expect_failure(photon("generate", "-m", model(name), "--resume", state, "--kv-type", "bf16"),
+                       2, "generate", "--resume")
         expect_failure(photon("generate", "-m", model("vanilla-small" if name != "vanilla-small" else "photon-small"),
                               "--resume", state), 1, "generate", "different model")
     expect_failure(photon("generate", "-m", model("photon-small"), "--resume", model("photon-small")), 1,
                    "generate", "not a PHOTON session state")
+    # A state saved with bf16 KV caches resumes with them, and continues as one run does.
+    state = os.path.join(WORK, "resume-bf16.phss")
+    common = ["--mode", "recgen", "-p", "In the beginning", "--kv-type", "bf16"] + sampling
+    _, whole = generate(*common, "-n", 30)
+    _, first = generate(*common, "-n", 15, "--save-session", state)
+    _, second = generate("--resume", state, "-n", 15)
+    check(second.get("kv_type") == "bf16", "the resumed session keeps bf16 caches: %s" % second)
+    check(whole.get("tokens") == first.get("tokens", []) + second.get("tokens", []),
+          "bf16 KV caches: resumed tokens differ from one run")
 
 
 def bench(*argv):
@@ -615,6 +633,14 @@ def group_bench():
               1e-6 * r["tpm_resident_tok_s_per_gib"], what + ": TPM")
         for key in ["cpu", "hardware_threads", "load_average", "parameters", "sdk_version"]:
             check(key in r, what + ": has " + key)
+
+    halved = bench("--regime", "16:16", "--mode", "recgen", "--mode", "vanilla", "--kv-type", "bf16")
+    exact = bench("--regime", "16:16", "--mode", "recgen", "--mode", "vanilla")
+    check(len(halved) == 2 and len(exact) == 2 and
+          all(h.get("kv_type") == "bf16" and e.get("kv_type") == "f32" and
+              2 * h["kv_engine_bytes_per_sample"] == e["kv_engine_bytes_per_sample"]
+              for h, e in zip(halved, exact)),
+          "bench --kv-type bf16 records half the KV bytes: %s" % halved)
 
     # The default output is the markdown table in the paper's layout.
     markdown = os.path.join(WORK, "bench.md")
