@@ -72,6 +72,23 @@ Buffer fill(std::size_t first_guess, std::size_t terminator, Call call) {
   return buffer;
 }
 
+// A KV cache storage type by its binding name: "f32", "bf16" or "f16" (photon_dtype).
+inline photon_dtype kv_type(const std::string& name) {
+  if (name == "f32") return PHOTON_DTYPE_F32;
+  if (name == "bf16") return PHOTON_DTYPE_BF16;
+  if (name == "f16") return PHOTON_DTYPE_F16;
+  throw PhotonError(PHOTON_ERR_INVALID_ARGUMENT,
+                    "photon: kv_type '" + name + "' is not one of f32, bf16, f16");
+}
+inline std::string kv_type_name(photon_dtype kv_type) {
+  switch (kv_type) {
+    case PHOTON_DTYPE_BF16: return "bf16";
+    case PHOTON_DTYPE_F16: return "f16";
+    case PHOTON_DTYPE_F32: break;
+  }
+  return "f32";
+}
+
 inline TokenIds tokenize(const photon_model* model, const std::string& text, bool add_bos) {
   return fill<TokenIds>(text.size() + 8, 0,
                         [&](std::int32_t* out, std::size_t capacity, std::size_t* needed) {
@@ -119,8 +136,8 @@ class BatchListener {
   virtual bool on_token(int session_index, int token, const std::string& piece, float logprob) = 0;
 };
 
-// Settings of a session: mode, context length and sampler. May be discarded once a session has
-// been created from it.
+// Settings of a session: mode, context length, KV cache type and sampler. May be discarded once a
+// session has been created from it.
 class SessionOptions {
  public:
   SessionOptions() {
@@ -134,6 +151,12 @@ class SessionOptions {
   }
   SessionOptions& set_context_length(int context_length) {
     detail::check(photon_session_options_set_context_length(get(), context_length));
+    return *this;
+  }
+  // Storage of the session's KV caches: "f32" (the default, exact), "bf16" or "f16" (half the
+  // cache memory; log-probabilities differ by a few 1e-3). See photon_session_options_set_kv_type.
+  SessionOptions& set_kv_type(const std::string& kv_type) {
+    detail::check(photon_session_options_set_kv_type(get(), detail::kv_type(kv_type)));
     return *this;
   }
   SessionOptions& set_seed(std::uint64_t seed) {
@@ -273,7 +296,8 @@ class Model {
 // A session serves one call at a time (photon.h). The bindings let any thread call, so a call that
 // would overlap a running one on another thread, or change the session from inside its own token
 // callback, fails with PhotonError instead. cancel() is meant to come from another thread; the
-// getters of plain numbers (position, mode, stop reason) are not checked, for callbacks to read.
+// getters of plain values (position, mode, kv type, stop reason) are not checked, for callbacks to
+// read.
 class Session {
  public:
   explicit Session(const Model& model) : Session(model, nullptr) {}
@@ -301,6 +325,9 @@ class Session {
   bool is_closed() const { return !session_; }
 
   Mode mode() const { return static_cast<Mode>(photon_session_mode(get())); }
+  // "f32", "bf16" or "f16": the storage of the session's KV caches (a restored session keeps the
+  // type its state was saved with).
+  std::string kv_type() const { return detail::kv_type_name(photon_session_kv_type(get())); }
   StopReason stop_reason() const {
     return static_cast<StopReason>(photon_session_stop_reason(get()));
   }

@@ -255,6 +255,7 @@ PHOTON_CSHARP_GETTER(photon::Model, bos, Bos)
 PHOTON_CSHARP_GETTER(photon::Model, eos, Eos)
 PHOTON_CSHARP_GETTER(photon::Model, config_json, ConfigJson)
 PHOTON_CSHARP_GETTER(photon::Session, mode, Mode)
+PHOTON_CSHARP_GETTER(photon::Session, kv_type, KvType)
 PHOTON_CSHARP_GETTER(photon::Session, stop_reason, StopReason)
 PHOTON_CSHARP_GETTER(photon::Session, position, Position)
 
@@ -290,6 +291,9 @@ using System.Runtime.ExceptionServices;
 %}
 %typemap(cscode) photon::Session %{
   public Mode Mode => GetMode();
+  // "f32", "bf16" or "f16": the storage of the KV caches (SessionOptions.SetKvType; a restored
+  // session keeps its saved type).
+  public string KvType => GetKvType();
   public StopReason StopReason => GetStopReason();
   public int Position => GetPosition();
 

@@ -8,11 +8,12 @@ import (
 )
 
 // SessionOptions are the settings of a session. The zero value holds the defaults: mode Auto,
-// the model's context length, seed 0, greedy decoding, no top-k / top-p / min-p / repetition
-// penalty, stop at EOS, no stop strings.
+// the model's context length, f32 KV caches, seed 0, greedy decoding, no top-k / top-p / min-p /
+// repetition penalty, stop at EOS, no stop strings.
 type SessionOptions struct {
 	Mode              Mode
 	ContextLength     int     // tokens the session holds at most; 0: the model's
+	KVType            string  // KV cache storage: "f32" (or ""), "bf16" or "f16" (half the memory)
 	Seed              uint64  // seed of the sampler's random generator
 	Temperature       float32 // 0: greedy (argmax)
 	TopK              int     // 0: off
@@ -47,6 +48,11 @@ func (o *SessionOptions) build() (settings native.SessionOptions, err error) {
 		steps := []func(){
 			func() { settings.SetMode(native.PhotonMode(o.Mode)) },
 			func() { settings.SetContextLength(o.ContextLength) },
+			func() {
+				if o.KVType != "" {
+					settings.SetKvType(o.KVType)
+				}
+			},
 			func() { settings.SetSeed(o.Seed) },
 			func() { settings.SetTemperature(o.Temperature) },
 			func() { settings.SetTopK(o.TopK) },
@@ -113,6 +119,16 @@ func (s *Session) Mode() Mode {
 	return Mode(s.native.Mode())
 }
 
+// KVType is the storage of the session's KV caches: "f32", "bf16" or "f16" (a restored session
+// keeps the type its state was saved with).
+func (s *Session) KVType() string {
+	if s.native == nil {
+		return "f32"
+	}
+	defer runtime.KeepAlive(s)
+	return s.native.KvType()
+}
+
 // StopReason says why the last generation stopped.
 func (s *Session) StopReason() StopReason {
 	if s.native == nil {
@@ -167,7 +183,7 @@ func (s *Session) Cancel() {
 	}
 }
 
-// SetSampler replaces the sampler settings (everything but mode and context length).
+// SetSampler replaces the sampler settings (everything but mode, context length and KV type).
 func (s *Session) SetSampler(options SessionOptions) error {
 	settings, err := options.build()
 	if err != nil {

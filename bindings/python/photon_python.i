@@ -327,6 +327,7 @@ PHOTON_PYTHON_RELEASES_LOCK(photon::Session::save_file)
 %enddef
 PHOTON_PYTHON_CHAIN(set_mode)
 PHOTON_PYTHON_CHAIN(set_context_length)
+PHOTON_PYTHON_CHAIN(set_kv_type)
 PHOTON_PYTHON_CHAIN(set_seed)
 PHOTON_PYTHON_CHAIN(set_temperature)
 PHOTON_PYTHON_CHAIN(set_top_k)

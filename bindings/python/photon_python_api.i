@@ -23,6 +23,7 @@ PHOTON_PYTHON_GETTER(photon::Model, eos)
 PHOTON_PYTHON_GETTER(photon::Model, config_json)
 PHOTON_PYTHON_GETTER(photon::Model, is_closed)
 PHOTON_PYTHON_GETTER(photon::Session, mode)
+PHOTON_PYTHON_GETTER(photon::Session, kv_type)
 PHOTON_PYTHON_GETTER(photon::Session, stop_reason)
 PHOTON_PYTHON_GETTER(photon::Session, position)
 PHOTON_PYTHON_GETTER(photon::Session, is_closed)
@@ -148,6 +149,8 @@ def _require_callable(on_token):
     __exit__ = _ClosingMixin.__exit__
     closed = property(_is_closed, doc="True once close() has released the session.")
     mode = property(_mode, doc="The Mode the session runs in (AUTO resolved).")
+    kv_type = property(_kv_type, doc='Storage of the KV caches: "f32", "bf16" or "f16" (a '
+                       "restored session keeps its saved type).")
     stop_reason = property(_stop_reason, doc="Why the last generation stopped.")
     position = property(_position, doc="Number of tokens the session holds.")
 

@@ -197,6 +197,33 @@ static class BindingTest {
     }
   }
 
+  // 16-bit KV caches: chosen by name, reported by the session, kept by a restored one.
+  static void TestKvType(Model model) {
+    using (var session = new Session(model)) {
+      Check(session.KvType == "f32", "the default kv type: " + session.KvType);
+    }
+    using (var options = Sampling().SetIgnoreEos(true).SetKvType("bf16"))
+    using (var session = new Session(model, options)) {
+      Check(session.KvType == "bf16", "a bf16 session's kv type: " + session.KvType);
+      session.Prefill(Prompt);
+      Token[] tokens = session.Tokens(4).ToArray();
+      Check(tokens.Length == 4 && tokens.All(t => t.Logprob <= 0), "a bf16 session generates");
+      using (var restored = Session.Restore(model, session.Save())) {
+        Check(restored.KvType == "bf16", "a restored session's type: " + restored.KvType);
+      }
+    }
+    using (var options = new SessionOptions().SetKvType("f16"))
+    using (var session = new Session(model, options)) {
+      Check(session.KvType == "f16", "an f16 session's kv type: " + session.KvType);
+    }
+    using (var options = new SessionOptions()) {
+      var e = ExpectError(() => options.SetKvType("f8"), "kv type 'f8'",
+                          "PHOTON_ERR_INVALID_ARGUMENT");
+      Check(e.Message.Contains("f8") && e.Message.Contains("bf16"),
+            "the message names the kv type: " + e.Message);
+    }
+  }
+
   // Cancel() from another thread stops a Generate, and a second call on the busy session fails
   // instead of racing.
   static void TestThreads(Model model) {
@@ -362,6 +389,8 @@ static class BindingTest {
           Console.WriteLine("ok TestBatch");
           TestScore(model);
           Console.WriteLine("ok TestScore");
+          TestKvType(model);
+          Console.WriteLine("ok TestKvType");
           TestThreads(model);
           Console.WriteLine("ok TestThreads");
           TestErrors(model, modelPath, args[2]);

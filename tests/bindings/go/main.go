@@ -292,6 +292,34 @@ func testScore(model *photon.Model) {
 	expectError(err, "nothing to score", "PHOTON_ERR_INVALID_ARGUMENT")
 }
 
+// testKVType: 16-bit KV caches, chosen by name, reported by the session, kept by a restored one.
+func testKVType(model *photon.Model) {
+	session := must(model.NewSession(nil))
+	check(session.KVType() == "f32", "the default kv type: %q", session.KVType())
+	session.Close()
+	options := sampling
+	options.IgnoreEOS, options.KVType = true, "bf16"
+	session = must(model.NewSession(&options))
+	defer session.Close()
+	check(session.KVType() == "bf16", "a bf16 session's kv type: %q", session.KVType())
+	check(session.PrefillText(prompt) == nil, "prefill")
+	n, err := session.Generate(4, func(token photon.Token) error {
+		check(token.Logprob <= 0, "a bf16 session's logprob: %v", token)
+		return nil
+	})
+	check(err == nil && n == 4, "a bf16 session generates: %d, %v", n, err)
+	restored := must(model.RestoreSession(must(session.Save())))
+	defer restored.Close()
+	check(restored.KVType() == "bf16", "a restored session's type: %q", restored.KVType())
+	f16 := must(model.NewSession(&photon.SessionOptions{KVType: "f16"}))
+	defer f16.Close()
+	check(f16.KVType() == "f16", "an f16 session's kv type: %q", f16.KVType())
+	_, err = model.NewSession(&photon.SessionOptions{KVType: "f8"})
+	e := expectError(err, "kv type 'f8'", "PHOTON_ERR_INVALID_ARGUMENT")
+	check(strings.Contains(e.Message, "f8") && strings.Contains(e.Message, "bf16"),
+		"the message names the kv type: %s", e.Message)
+}
+
 // testGoroutines: Cancel from another goroutine stops a Generate, and a second call on the busy
 // session fails instead of racing.
 func testGoroutines(model *photon.Model) {
@@ -483,6 +511,7 @@ func main() {
 			{"testBatch", func() { testBatch(model) }},
 			{"testRanges", func() { testRanges(model) }},
 			{"testScore", func() { testScore(model) }},
+			{"testKVType", func() { testKVType(model) }},
 			{"testGoroutines", func() { testGoroutines(model) }},
 			{"testErrors", func() { testErrors(model, modelPath, workdir) }},
 			{"testSaveRestore", func() { testSaveRestore(model, workdir) }},

@@ -221,6 +221,34 @@ public final class BindingTest {
     }
   }
 
+  // 16-bit KV caches: chosen by name, reported by the session, kept by a restored one.
+  static void testKvType(Model model) {
+    try (Session session = new Session(model)) {
+      check(session.kvType().equals("f32"), "the default kv type: " + session.kvType());
+    }
+    try (SessionOptions options = sampling().setIgnoreEos(true).setKvType("bf16");
+        Session session = new Session(model, options)) {
+      check(session.kvType().equals("bf16"), "a bf16 session's kv type: " + session.kvType());
+      session.prefill(PROMPT);
+      List<Token> tokens = session.stream(4).collect(Collectors.toList());
+      check(tokens.size() == 4 && tokens.stream().allMatch(t -> t.logprob() <= 0),
+          "a bf16 session generates: " + tokens);
+      try (Session restored = Session.restore(model, session.save())) {
+        check(restored.kvType().equals("bf16"), "a restored session's type: " + restored.kvType());
+      }
+    }
+    try (SessionOptions options = new SessionOptions().setKvType("f16");
+        Session session = new Session(model, options)) {
+      check(session.kvType().equals("f16"), "an f16 session's kv type: " + session.kvType());
+    }
+    try (SessionOptions options = new SessionOptions()) {
+      PhotonException e = expectError(() -> options.setKvType("f8"), "kv type 'f8'",
+          "PHOTON_ERR_INVALID_ARGUMENT");
+      check(e.getMessage().contains("f8") && e.getMessage().contains("bf16"),
+          "the message names the kv type: " + e.getMessage());
+    }
+  }
+
   // cancel() from another thread stops a generate() without callback, and a second call on the
   // busy session fails instead of racing.
   static void testThreads(Model model) throws InterruptedException {
@@ -405,6 +433,8 @@ public final class BindingTest {
           System.out.println("ok testBatch");
           testScore(model);
           System.out.println("ok testScore");
+          testKvType(model);
+          System.out.println("ok testKvType");
           testThreads(model);
           System.out.println("ok testThreads");
           testErrors(model, Path.of(modelPath), workdir);

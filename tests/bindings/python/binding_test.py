@@ -162,6 +162,27 @@ def test_prefill_batch(model):
             session.close()
 
 
+def test_kv_type(model):
+    """16-bit KV caches: chosen by name, reported by the session, kept by a restored one."""
+    with photon.Session(model) as default:
+        check(default.kv_type == "f32", f"the default kv type: {default.kv_type!r}")
+    options = sampling().set_ignore_eos(True).set_kv_type("bf16")
+    check(isinstance(options, photon.SessionOptions), "set_kv_type chains")
+    with photon.Session(model, options) as session:
+        check(session.kv_type == "bf16", f"a bf16 session's kv type: {session.kv_type!r}")
+        session.prefill(PROMPT)
+        tokens = list(session.tokens(4))
+        check(len(tokens) == 4 and all(t.logprob <= 0 for t in tokens),
+              f"a bf16 session generates: {tokens}")
+        with photon.Session.restore(model, session.save()) as restored:
+            check(restored.kv_type == "bf16", f"a restored session's type: {restored.kv_type!r}")
+    with photon.Session(model, photon.SessionOptions().set_kv_type("f16")) as session:
+        check(session.kv_type == "f16", f"an f16 session's kv type: {session.kv_type!r}")
+    error = expect_error(lambda: photon.SessionOptions().set_kv_type("f8"),
+                         "PHOTON_ERR_INVALID_ARGUMENT", "kv type 'f8'")
+    check("f8" in str(error) and "bf16" in str(error), f"the bad kv type named: {error}")
+
+
 def test_errors(model, model_path, workdir):
     missing = os.path.join(workdir, "missing.photon")
     error = expect_error(lambda: photon.Model(missing), "PHOTON_ERR_IO", "missing file")
@@ -461,7 +482,7 @@ def main(argv):
         os.makedirs(workdir, exist_ok=True)
         with photon.Model(model_path) as model:
             for test in (test_model, test_streaming, test_cancel, test_callback_exception,
-                         test_batch, test_score, test_threads):
+                         test_batch, test_score, test_kv_type, test_threads):
                 test(model)
                 print(f"ok {test.__name__}")
             test_arguments(model, model_path)
