@@ -25,16 +25,31 @@ bool dtype_from_name(const std::string& name, DType* out) {
   return true;
 }
 
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+namespace {
+
+// Without branches, so that loops over arrays (f16 KV caches, f16 weights) vectorize: the
+// exponent and mantissa shifted into place read as an f32 2^112 too small (the biases are 15 and
+// 127), which one multiplication corrects exactly, subnormals included; infinities and NaNs take
+// the f32 exponent instead. Local, so that the loops inline it (an exported function of a shared
+// library may be interposed, and is called instead).
+inline float widen_half(uint16_t h) {
+  const uint32_t magnitude = static_cast<uint32_t>(h & 0x7fffu) << 13;
   float value;
-  if (exp == 0)
-    value = std::ldexp(static_cast<float>(mant), -24);
-  else if (exp == 31)
-    value = mant ? NAN : INFINITY;
-  else
-    value = std::ldexp(static_cast<float>(mant | 0x400u), static_cast<int>(exp) - 25);
-  return sign ? -value : value;
+  std::memcpy(&value, &magnitude, 4);
+  value *= 0x1p112f;
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  const uint32_t special = magnitude >= 0x0f800000u ? ~0u : 0u;
+  bits = (bits & ~special) | ((magnitude | 0x7f800000u) & special);
+  bits |= static_cast<uint32_t>(h & 0x8000u) << 16;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
+
+}  // namespace
+
+float f16_to_f32(uint16_t h) {
+  return widen_half(h);
 }
 
 uint16_t f32_to_f16(float f) {
@@ -58,7 +73,7 @@ void convert_to_f32(DType t, const void* src, float* dst, size_t n) {
     case DType::F32: std::memcpy(dst, src, n * 4); return;
     case DType::F16: {
       const uint16_t* s = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      for (size_t i = 0; i < n; ++i) dst[i] = widen_half(s[i]);
       return;
     }
     case DType::BF16: {

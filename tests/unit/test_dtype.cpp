@@ -147,6 +147,32 @@ TEST(DTypeRounding, WideningMatchesNumPyAndPyTorch) {
   });
 }
 
+// Every one of the 65,536 halves widens to the value its fields define (IEEE 754 binary16:
+// (-1)^s 2^(e-15) 1.m, subnormals 2^-14 0.m, e = 31 infinities and NaNs), in the scalar and the
+// array conversion.
+TEST(DTypeRounding, EveryHalfWidensToItsValue) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t h = 0; h < all.size(); ++h) all[h] = static_cast<uint16_t>(h);
+  std::vector<float> wide(all.size());
+  convert_to_f32(DType::F16, all.data(), wide.data(), all.size());
+  for (uint32_t h = 0; h < all.size(); ++h) {
+    const uint32_t sign = h >> 15, exp = (h >> 10) & 31u, mant = h & 1023u;
+    double want = exp == 0 ? std::ldexp(static_cast<double>(mant), -24)
+                  : exp == 31
+                      ? (mant ? NAN : INFINITY)
+                      : std::ldexp(static_cast<double>(mant + 1024), static_cast<int>(exp) - 25);
+    if (sign) want = -want;
+    const float got = f16_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got) && std::isnan(wide[h])) << hex(h);
+    } else {
+      ASSERT_EQ(got, static_cast<float>(want)) << hex(h);
+      ASSERT_EQ(std::signbit(got), sign == 1) << hex(h);
+      ASSERT_EQ(to_bits(wide[h]), to_bits(got)) << hex(h);
+    }
+  }
+}
+
 // The array conversions the model writer and loader use agree with the table too.
 TEST(DTypeRounding, ArrayConversionsMatchTheTable) {
   const std::vector<Row>& rows = table();

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/parallel.h"
+#include "backend/cpu/widen.h"
 
 namespace photon::cpu {
 
@@ -34,8 +35,8 @@ struct CacheRows {
   // Row j as f32: in place for an f32 cache, else widened into widened[0 .. stride).
   const float* row(long j, float* widened) const {
     if (type == DType::F32) return static_cast<const float*>(data) + j * stride;
-    convert_to_f32(type, static_cast<const uint16_t*>(data) + j * stride, widened,
-                   static_cast<size_t>(stride));
+    widen_to_f32(type, static_cast<const uint16_t*>(data) + j * stride, widened,
+                 static_cast<size_t>(stride));
     return widened;
   }
 };
