@@ -337,10 +337,12 @@ void study_throughput(const Plan& plan, const BenchModel& model, Row row, Sink& 
     record["tpm_resident_tok_s_per_gib"] = resident > 0 ? throughput / (resident / kGiB) : 0.0;
     record["tpm_kv_tok_s_per_gib"] = kv_f32 > 0 ? throughput / (kv_f32 / kGiB) : 0.0;
     sink.emit(record);
-    std::fprintf(stderr, "photon bench: %s: %s tok/s, %s MiB/sample %s, %s MiB KV\n", label.c_str(),
-                 bench::significant(throughput).c_str(), bench::mebibytes(memory).c_str(),
+    std::fprintf(stderr, "photon bench: %s: %s tok/s, %s MiB/sample %s, %s MiB KV (%s)\n",
+                 label.c_str(), bench::significant(throughput).c_str(),
+                 bench::mebibytes(memory).c_str(),
                  measures_device_memory(model) ? "device memory" : "resident",
-                 bench::mebibytes(kv_f32).c_str());
+                 bench::mebibytes(static_cast<double>(run.kv.encoder_total) / batch).c_str(),
+                 dtype_name(model.kv_type));
   }
 }
 
