@@ -47,8 +47,8 @@ MUTATIONS = [
              "  bits += 0x7fffu + ((bits >> 16) & 1u);\n", "",
              "f32 -> bf16 truncates instead of rounding to nearest even"),
     Mutation("f16-widen-exponent", "src/core/dtype.cpp",
-             "static_cast<int>(exp) - 25);", "static_cast<int>(exp) - 24);",
-             "f16 -> f32 widening doubles every normal value (exponent bias off by one)"),
+             "value *= 0x1p112f;", "value *= 0x1p113f;",
+             "f16 -> f32 widening doubles every finite value (exponent bias off by one)"),
     # ---- RoPE ------------------------------------------------------------------------------------
     Mutation("rope-sin-sign", "src/backend/cpu/rope.cpp",
              "v[i] = a * c[i] - b * s[i];", "v[i] = a * c[i] + b * s[i];",
@@ -150,6 +150,17 @@ MUTATIONS = [
     Mutation("linear-group-item", "src/backend/cpu/linear.cpp",
              "const long c = item - first[i];", "const long c = item - first[0];",
              "the work items of a group's later products compute the wrong outputs"),
+    # ---- 16-bit KV caches ------------------------------------------------------------------------
+    Mutation("kv-type-ignored", "src/engine/session.cpp",
+             "new Session(model, mode, context, sampler, kv_type)",
+             "new Session(model, mode, context, sampler, DType::F32)",
+             "sessions keep f32 caches whatever kv type they ask for"),
+    Mutation("state-kv-type-not-saved", "src/engine/session_state.cpp",
+             "static_cast<fb::KvType>(s.kv_type)", "fb::KvType::F32",
+             "a saved state says f32 whatever its caches hold"),
+    Mutation("attention-f16-as-bf16", "src/backend/cpu/attention.cpp",
+             "widen_to_f32(type, ", "widen_to_f32(DType::BF16, ",
+             "attention reads every 16-bit cache row as bf16, f16 ones too"),
     # ---- session state ---------------------------------------------------------------------------
     Mutation("state-seed-not-restored", "src/engine/session_state.cpp",
              "  c.seed = in->seed();\n", "",

@@ -176,7 +176,8 @@ TEST_F(KvType, SavedStatesKeepTheirTypeAndContinueExactly) {
   }
 }
 
-// One batch of sessions of every kv type (and both modes) gives each session what it gives alone.
+// One batch of sessions of every kv type (and both modes), prefilled and generated together, gives
+// each session what it gives alone.
 TEST_F(KvType, MixedTypesBatchAsEachAlone) {
   const photon_dtype types[] = {PHOTON_DTYPE_BF16, PHOTON_DTYPE_F32, PHOTON_DTYPE_F16,
                                 PHOTON_DTYPE_BF16};
@@ -186,16 +187,26 @@ TEST_F(KvType, MixedTypesBatchAsEachAlone) {
                         {3, PHOTON_MODE_HIERGEN}};
   std::vector<Generated> alone(4);
   std::vector<photon_session*> sessions;
+  std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 4; ++i) {
-    const std::vector<int32_t> p = prompt(7 + 5 * i, i);
+    prompts.push_back(prompt(7 + 5 * i, i));
+    const std::vector<int32_t>& p = prompts.back();
     photon_session* a = make(archs[i], types[i], 0.9f);
     ASSERT_EQ(photon_session_prefill(a, p.data(), p.size()), PHOTON_OK);
     ASSERT_EQ(photon_session_generate(a, 30, collect, &alone[i], nullptr), PHOTON_OK);
     photon_session_free(a);
-    photon_session* b = make(archs[i], types[i], 0.9f);
-    ASSERT_EQ(photon_session_prefill(b, p.data(), p.size()), PHOTON_OK);
-    sessions.push_back(b);
+    sessions.push_back(make(archs[i], types[i], 0.9f));
   }
+  std::vector<const int32_t*> tokens;
+  std::vector<size_t> lengths;
+  for (const std::vector<int32_t>& p : prompts) {
+    tokens.push_back(p.data());
+    lengths.push_back(p.size());
+  }
+  ASSERT_EQ(
+      photon_session_prefill_batch(sessions.data(), sessions.size(), tokens.data(), lengths.data()),
+      PHOTON_OK)
+      << photon_last_error();
   struct Runs {
     std::vector<Generated> runs = std::vector<Generated>(4);
   } batched;
