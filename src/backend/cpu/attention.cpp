@@ -166,12 +166,17 @@ void attention(const float* q, int heads, int kv_heads, int head_dim,
   const long q_stride = static_cast<long>(heads) * head_dim;
   const long partial_size = static_cast<long>(heads) * (2 + head_dim);
   long work = 0;  // multiply-adds, to keep short windows on the calling thread
+  long rows = 0;
   int max_keys = 0;
   for (const AttentionSegment& seg : segments) {
     work += static_cast<long>(seg.rows) * (seg.start + (seg.rows + 1) / 2) * heads * head_dim;
+    rows += seg.rows;
     max_keys = std::max(max_keys, seg.start + seg.rows);
   }
-  if (work <= (1 << 21)) threads = 1;
+  // Waking the other threads costs tens of microseconds: worth it from about 2^17 multiply-adds
+  // (one row of 1,024 keys at 256 values per key), and never for a single item (one row of at
+  // most kKeyBlock keys).
+  if (work <= (1 << 17) || (rows == 1 && max_keys <= kKeyBlock)) threads = 1;
   // Scratch and partials are allocated out here: the loops' items must not throw.
   const size_t score_floats = static_cast<size_t>(heads) * std::min(max_keys, kKeyBlock);
   const size_t per_thread = score_floats + static_cast<size_t>(s.kv_stride);
