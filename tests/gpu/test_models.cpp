@@ -249,34 +249,17 @@ TEST_P(GpuModels, BatchEqualsAlone) {
                   PHOTON_OK);
         handles.push_back(batch.back().get());
       }
-  std::vector<const int32_t*> tokens;
-  std::vector<size_t> lengths;
-  for (const std::vector<int32_t>& p : prompts) {
-    tokens.push_back(p.data());
-    lengths.push_back(p.size());
-  }
-  ASSERT_EQ(
-      photon_session_prefill_batch(handles.data(), handles.size(), tokens.data(), lengths.data()),
-      PHOTON_OK)
-      << photon_last_error();
-  struct Collected {
-    std::vector<Generated> runs;
-  } collected{std::vector<Generated>(handles.size())};
-  auto on_token = [](void* user, size_t i, int32_t token, const char*, size_t, float logprob) {
-    auto* c = static_cast<Collected*>(user);
-    c->runs[i].tokens.push_back(token);
-    c->runs[i].logprobs.push_back(logprob);
-    return 0;
-  };
-  ASSERT_EQ(photon_session_generate_batch(handles.data(), handles.size(), 20, on_token, &collected,
-                                          nullptr),
+  ASSERT_EQ(photon::testing::prefill_batch(handles, prompts), PHOTON_OK) << photon_last_error();
+  std::vector<Generated> collected(handles.size());
+  ASSERT_EQ(photon_session_generate_batch(handles.data(), handles.size(), 20,
+                                          photon::testing::collect_batch, &collected, nullptr),
             PHOTON_OK)
       << photon_last_error();
   for (size_t i = 0; i < alone.size(); ++i) {
     const Generated single = generate(alone[i].get(), 20);
-    EXPECT_EQ(collected.runs[i].tokens, single.tokens) << "session " << i;
-    for (size_t j = 0; j < single.logprobs.size() && j < collected.runs[i].logprobs.size(); ++j)
-      EXPECT_NEAR(collected.runs[i].logprobs[j], single.logprobs[j], 1e-3) << i << ", " << j;
+    EXPECT_EQ(collected[i].tokens, single.tokens) << "session " << i;
+    for (size_t j = 0; j < single.logprobs.size() && j < collected[i].logprobs.size(); ++j)
+      EXPECT_NEAR(collected[i].logprobs[j], single.logprobs[j], 1e-3) << i << ", " << j;
   }
 }
 

@@ -83,15 +83,6 @@ class KvType : public ::testing::Test {
     return total;
   }
 
-  static std::vector<uint8_t> save(photon_session* s) {
-    size_t size = 0;
-    EXPECT_EQ(photon_session_save(s, nullptr, 0, &size), PHOTON_ERR_BUFFER_TOO_SMALL);
-    std::vector<uint8_t> blob(size);
-    EXPECT_EQ(photon_session_save(s, blob.data(), blob.size(), &size), PHOTON_OK)
-        << photon_last_error();
-    return blob;
-  }
-
   static photon_model* models_[4];
 };
 
@@ -150,7 +141,7 @@ TEST_F(KvType, SavedStatesKeepTheirTypeAndContinueExactly) {
     ASSERT_EQ(photon_session_prefill(original, p.data(), p.size()), PHOTON_OK);
     Generated before;
     ASSERT_EQ(photon_session_generate(original, 9, collect, &before, nullptr), PHOTON_OK);
-    const std::vector<uint8_t> blob = save(original);
+    const std::vector<uint8_t> blob = photon::testing::save_state(original);
     photon_session* restored = nullptr;
     ASSERT_EQ(photon_session_restore(models_[a.levels], blob.data(), blob.size(), &restored),
               PHOTON_OK)
@@ -165,7 +156,7 @@ TEST_F(KvType, SavedStatesKeepTheirTypeAndContinueExactly) {
     photon_session* exact = make(a, PHOTON_DTYPE_F32, 0.8f);
     ASSERT_EQ(photon_session_prefill(exact, p.data(), p.size()), PHOTON_OK);
     ASSERT_EQ(photon_session_generate(exact, 9, collect, &before, nullptr), PHOTON_OK);
-    const std::vector<uint8_t> exact_blob = save(exact);
+    const std::vector<uint8_t> exact_blob = photon::testing::save_state(exact);
     const auto* state = photon::fb::GetSizePrefixedSessionState(blob.data());
     const auto* exact_state = photon::fb::GetSizePrefixedSessionState(exact_blob.data());
     EXPECT_EQ(state->format_version(), 2u) << name;
@@ -197,35 +188,18 @@ TEST_F(KvType, MixedTypesBatchAsEachAlone) {
     photon_session_free(a);
     sessions.push_back(make(archs[i], types[i], 0.9f));
   }
-  std::vector<const int32_t*> tokens;
-  std::vector<size_t> lengths;
-  for (const std::vector<int32_t>& p : prompts) {
-    tokens.push_back(p.data());
-    lengths.push_back(p.size());
-  }
-  ASSERT_EQ(
-      photon_session_prefill_batch(sessions.data(), sessions.size(), tokens.data(), lengths.data()),
-      PHOTON_OK)
-      << photon_last_error();
-  struct Runs {
-    std::vector<Generated> runs = std::vector<Generated>(4);
-  } batched;
-  auto on_token = [](void* user, size_t index, int32_t token, const char*, size_t, float lp) {
-    Generated& run = static_cast<Runs*>(user)->runs[index];
-    run.tokens.push_back(token);
-    run.logprobs.push_back(lp);
-    return 0;
-  };
+  ASSERT_EQ(photon::testing::prefill_batch(sessions, prompts), PHOTON_OK) << photon_last_error();
+  std::vector<Generated> batched(4);
   std::vector<int32_t> counts(4);
-  ASSERT_EQ(photon_session_generate_batch(sessions.data(), sessions.size(), 30, on_token, &batched,
-                                          counts.data()),
+  ASSERT_EQ(photon_session_generate_batch(sessions.data(), sessions.size(), 30,
+                                          photon::testing::collect_batch, &batched, counts.data()),
             PHOTON_OK)
       << photon_last_error();
   for (int i = 0; i < 4; ++i) {
-    EXPECT_EQ(batched.runs[i].tokens, alone[i].tokens) << "session " << i;
-    ASSERT_EQ(batched.runs[i].logprobs.size(), alone[i].logprobs.size()) << "session " << i;
+    EXPECT_EQ(batched[i].tokens, alone[i].tokens) << "session " << i;
+    ASSERT_EQ(batched[i].logprobs.size(), alone[i].logprobs.size()) << "session " << i;
     for (size_t k = 0; k < alone[i].logprobs.size(); ++k)
-      EXPECT_NEAR(batched.runs[i].logprobs[k], alone[i].logprobs[k], 1e-4) << "session " << i;
+      EXPECT_NEAR(batched[i].logprobs[k], alone[i].logprobs[k], 1e-4) << "session " << i;
     photon_session_free(sessions[i]);
   }
 }

@@ -62,11 +62,7 @@ class RecGenContinuation : public ::testing::TestWithParam<int> {
   // A session that saves and restores itself after every call when `reload` is set.
   photon_session* maybe_reload(photon_session* s, bool reload) {
     if (!reload) return s;
-    size_t size = 0;
-    EXPECT_EQ(photon_session_save(s, nullptr, 0, &size), PHOTON_ERR_BUFFER_TOO_SMALL);
-    std::vector<uint8_t> blob(size);
-    EXPECT_EQ(photon_session_save(s, blob.data(), blob.size(), &size), PHOTON_OK)
-        << photon_last_error();
+    const std::vector<uint8_t> blob = photon::testing::save_state(s);
     photon_session_free(s);
     photon_session* restored = nullptr;
     EXPECT_EQ(photon_session_restore(model_, blob.data(), blob.size(), &restored), PHOTON_OK)

@@ -20,6 +20,7 @@ namespace {
 
 using photon::testing::collect;
 using photon::testing::Generated;
+using photon::testing::save_state;
 
 class SessionState : public ::testing::Test {
  protected:
@@ -61,16 +62,6 @@ class SessionState : public ::testing::Test {
     return p;
   }
 
-  static std::vector<uint8_t> save(photon_session* s) {
-    size_t size = 0;
-    EXPECT_EQ(photon_session_save(s, nullptr, 0, &size), PHOTON_ERR_BUFFER_TOO_SMALL);
-    std::vector<uint8_t> blob(size);
-    EXPECT_EQ(photon_session_save(s, blob.data(), blob.size(), &size), PHOTON_OK)
-        << photon_last_error();
-    EXPECT_EQ(size, blob.size());
-    return blob;
-  }
-
   static photon_model* models_[4];
 };
 
@@ -103,7 +94,7 @@ TEST_F(SessionState, ResumedSessionsContinueExactly) {
         ASSERT_EQ(photon_session_prefill(first, p.data(), p.size()), PHOTON_OK);
         Generated got;
         ASSERT_EQ(photon_session_generate(first, split, collect, &got, nullptr), PHOTON_OK);
-        const std::vector<uint8_t> blob = save(first);
+        const std::vector<uint8_t> blob = save_state(first);
         photon_session_free(first);
         photon_session* resumed = nullptr;
         ASSERT_EQ(photon_session_restore(model, blob.data(), blob.size(), &resumed), PHOTON_OK)
@@ -132,7 +123,7 @@ TEST_F(SessionState, FilesRoundTripAndRecGenStatesStayCompact) {
     ASSERT_EQ(photon_session_restore_file(model, path.c_str(), &r), PHOTON_OK)
         << photon_last_error();
     EXPECT_EQ(photon_session_mode(r), mode);
-    sizes.push_back(save(r).size());
+    sizes.push_back(save_state(r).size());
     photon_session_free(s);
     photon_session_free(r);
     std::remove(path.c_str());
@@ -145,7 +136,7 @@ TEST_F(SessionState, RefusesForeignNewerDamagedAndTruncatedStates) {
   const std::vector<int32_t> p = prompt(9);
   ASSERT_EQ(photon_session_prefill(s, p.data(), p.size()), PHOTON_OK);
   ASSERT_EQ(photon_session_generate(s, 5, nullptr, nullptr, nullptr), PHOTON_OK);
-  const std::vector<uint8_t> blob = save(s);
+  const std::vector<uint8_t> blob = save_state(s);
   photon_session_free(s);
 
   auto restore = [&](photon_model* model, const std::vector<uint8_t>& b) {
@@ -294,7 +285,7 @@ TEST_F(SessionState, CancelFromAnotherThreadLeavesAValidSession) {
   EXPECT_LT(n, 200);
   EXPECT_EQ(photon_session_position(s), 4 + n);
   // Still valid: it saves, restores and continues.
-  const std::vector<uint8_t> blob = save(s);
+  const std::vector<uint8_t> blob = save_state(s);
   photon_session* r = nullptr;
   ASSERT_EQ(photon_session_restore(model, blob.data(), blob.size(), &r), PHOTON_OK);
   ASSERT_EQ(photon_session_generate(r, 5, nullptr, nullptr, &n), PHOTON_OK);
@@ -310,7 +301,7 @@ TEST_F(SessionState, EightThreadsOnOneModelMatchASingleThread) {
     photon_session* s = make(model, id % 2 ? PHOTON_MODE_HIERGEN : PHOTON_MODE_RECGEN, id);
     photon_session_prefill(s, p.data(), p.size());
     photon_session_generate(s, 9, collect, out, nullptr);
-    const std::vector<uint8_t> blob = save(s);
+    const std::vector<uint8_t> blob = save_state(s);
     photon_session* r = nullptr;
     photon_session_restore(model, blob.data(), blob.size(), &r);
     photon_session_generate(r, 14, collect, out, nullptr);
