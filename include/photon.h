@@ -29,7 +29,7 @@
  * Compatibility
  *   The ABI grows only by adding functions and enum values. Settings live in opaque options objects
  *   with setters, so adding a setting never changes the layout of anything a caller compiled
- *   against.
+ *   against. The library exports the functions declared here and no other symbol.
  *
  * Example: load a model and stream a completion.
  *
