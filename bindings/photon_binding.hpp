@@ -7,7 +7,10 @@
 // listener that a managed runtime can implement (SWIG directors) and that may throw, and a check
 // that turns overlapping calls on one session (photon.h: one thread at a time) into a PhotonError.
 //
-// Header-only: every language's generated wrapper includes it.
+// Header-only: every language's generated wrapper includes it. Its namespace is photon_binding,
+// not photon: the library's internals have classes of the same names (photon::Model,
+// photon::Session), and two definitions of one qualified name in one process break the
+// one-definition rule (the dynamic linker may bind one's calls to the other's code).
 #ifndef PHOTON_BINDING_HPP
 #define PHOTON_BINDING_HPP
 
@@ -24,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-namespace photon {
+namespace photon_binding {
 
 using Bytes = std::vector<std::uint8_t>;
 using TokenIds = std::vector<std::int32_t>;
@@ -575,6 +578,6 @@ class Session {
 #endif
 };
 
-}  // namespace photon
+}  // namespace photon_binding
 
 #endif  // PHOTON_BINDING_HPP

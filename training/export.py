@@ -24,7 +24,7 @@ import torch
 
 from photon_ref.model import Config
 
-RECGEN_RATIO_LIMIT = 1.3  # issue 17: RecGen is the default where it keeps the model's quality
+RECGEN_RATIO_LIMIT = 1.3  # RecGen is the default where it keeps the model's quality
 
 
 def write_interchange(model, model_json, directory):

@@ -46,7 +46,7 @@ func (o *SessionOptions) build() (settings native.SessionOptions, err error) {
 			return
 		}
 		steps := []func(){
-			func() { settings.SetMode(native.PhotonMode(o.Mode)) },
+			func() { settings.SetMode(native.Photon_bindingMode(o.Mode)) },
 			func() { settings.SetContextLength(o.ContextLength) },
 			func() {
 				if o.KVType != "" {

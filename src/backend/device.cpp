@@ -83,10 +83,17 @@ photon_backend_create_fn load_cuda_module() {
   return create;
 }
 
+// A failure of the module's backend, raised as this library's own photon::Error (module.h says
+// why the module does not throw its own across).
+void raise_module_error(photon_status status, const char* message) {
+  fail(status, message != nullptr ? message : "the CUDA backend failed");
+}
+
 std::unique_ptr<Backend> make_cuda_backend(const DeviceChoice& choice) {
   const photon_backend_create_fn create = load_cuda_module();
-  const photon_backend_request request{PHOTON_BACKEND_ABI, backend_layout(), PHOTON_VERSION_STRING,
-                                       choice.ordinal, choice.exact_f32 ? 1 : 0};
+  const photon_backend_request request{PHOTON_BACKEND_ABI,       backend_layout(),
+                                       PHOTON_VERSION_STRING,    choice.ordinal,
+                                       choice.exact_f32 ? 1 : 0, &raise_module_error};
   Backend* backend = nullptr;
   char message[1024] = "";
   const photon_status status = create(&request, &backend, message, sizeof message);

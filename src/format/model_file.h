@@ -1,5 +1,5 @@
-// Reading .photon model files: a size-prefixed FlatBuffers header (schemas/model.fbs) followed by an
-// aligned raw data section. Everything a file claims is verified before use, with overflow-safe
+// Reading .photon model files: a size-prefixed FlatBuffers header (schemas/model.fbs) followed by
+// an aligned raw data section. Everything a file claims is verified before use, with overflow-safe
 // arithmetic, and every failure names the file (and the tensor, where one is at fault).
 #pragma once
 

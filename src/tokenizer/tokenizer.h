@@ -46,7 +46,8 @@ class Tokenizer {
 // a valid character comes out as U+FFFD, so every piece is valid UTF-8.
 class Utf8Stream {
  public:
-  // Appends bytes and returns the longest prefix of pending bytes that ends on a character boundary.
+  // Appends bytes and returns the longest prefix of pending bytes that ends on a character
+  // boundary.
   std::string push(std::string_view bytes);
   // Returns whatever is still held back (at the end of a stream).
   std::string flush();

@@ -1,5 +1,5 @@
-// Failure injection (issue 8): the Nth host allocation fails, for every N, through model load,
-// session create, prefill, generate (single, batched and pull), save, restore, tokenization,
+// Failure injection (docs/security.md): the Nth host allocation fails, for every N, through model
+// load, session create, prefill, generate (single, batched and pull), save, restore, tokenization,
 // scoring and model writing. Every such call must return a status (PHOTON_ERR_OUT_OF_MEMORY), never
 // abort, and leave its objects usable: a failed call followed by the same call without the failure
 // must give exactly what an undisturbed run gives; or, for a session that failed in the middle of

@@ -6,7 +6,8 @@
 
 `cmake --install` into a scratch prefix, which is then copied to a directory outside the
 repository and removed, so that only the copy can work. No installed file may name the build
-tree, the source tree or the first prefix (RPATHs and archive members included). Then, from
+tree, the source tree or the first prefix (RPATHs and archive members included), and the
+library exports the functions of photon.h and nothing else (exported_symbols.py). Then, from
 directories outside the repository, with an environment that names nothing of the build tree,
 each language's example is built against the copy as a user would (C: pkg-config; C and C++:
 find_package(photon); Python: the wheel in a fresh virtual environment; Java: the jar and pom
@@ -23,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+
+import exported_symbols
 
 PROMPT = "In the beginning"
 TOKENS_PER_STEP = "8"
@@ -60,6 +63,19 @@ def check_layout(prefix, languages):
     soname = run(["readelf", "-d", prefix / "lib/libphoton.so.0"], prefix, None).stdout
     if "Library soname: [libphoton.so.0]" not in soname:
         raise Failure(f"libphoton.so.0 lacks its SONAME:\n{soname}")
+
+
+def check_exports(prefix, source_dir):
+    """The installed library exports the functions of the installed photon.h and nothing else, and
+    the CUDA module, where installed, its entry point alone."""
+    api = exported_symbols.declared(prefix / "include/photon.h")
+    problems = exported_symbols.problems(prefix / "lib/libphoton.so.0", api)
+    module = prefix / "lib/libphoton-cuda.so"
+    if module.exists():
+        entry = exported_symbols.module_entry(source_dir / "src/backend/module.h")
+        problems += exported_symbols.problems(module, entry, "module.h")
+    if problems:
+        raise Failure("\n".join(problems))
 
 
 def contents(path):
@@ -212,9 +228,11 @@ def main():
         shutil.copytree(first_prefix, prefix, symlinks=True)
         shutil.rmtree(first_prefix)
         check_layout(prefix, languages)
+        check_exports(prefix, args.source_dir)
         check_relocatable(prefix, [args.build_dir.resolve(), args.source_dir.resolve(),
                                    first_prefix.resolve()])
-        print(f"installed, moved to {prefix}, no reference to the build")
+        print(f"installed, moved to {prefix}, no reference to the build, only photon.h's "
+              "functions exported")
 
         consumers = Consumers(args.source_dir.resolve(), prefix, outside, tools)
         for value in consumers.env.values():

@@ -1,6 +1,6 @@
-// The CPU backend: host memory, the op files of this folder (linear: skinny kernels and BLAS GEMMs),
-// parallel on the process's thread pool within a thread budget of its own. It is the reference every other backend
-// is tested against.
+// The CPU backend: host memory, the op files of this folder (linear: skinny kernels and BLAS
+// GEMMs), parallel on the process's thread pool within a thread budget of its own. It is the
+// reference every other backend is tested against.
 #pragma once
 
 #include <memory>

@@ -22,8 +22,8 @@ constexpr long kMinMacsPerThread = 1L << 18;
 constexpr long kSkinnyChunk = 64;
 // One row streams each weight once from memory, and there longer runs of rows per thread pay:
 // a quarter of each thread's share per item ran 4-13% faster than 64 outputs (vanilla-600m's
-// matrices, 2 threads on a Zen 5; docs/performance.md, issue 14), still leaving the items to
-// whichever thread is free.
+// matrices, 2 threads on a Zen 5; docs/performance.md, "CPU kernels and threads"), still leaving
+// the items to whichever thread is free.
 constexpr long kOneRowChunksPerThread = 4;
 
 // Outputs per BLAS call on the GEMM path.

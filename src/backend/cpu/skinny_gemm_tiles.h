@@ -191,7 +191,7 @@ void skinny(const SkinnyArgs& a) {
   // One row (a single session decoding) reads each weight once, so memory bounds it: one output at
   // a time, one weight stream per thread with the next row fetched ahead, ran 13-20% faster than 2,
   // 4 or 8 outputs' streams with every vector set and weight type (vanilla-600m's matrices, 2
-  // threads on a Zen 5; docs/performance.md, issue 14).
+  // threads on a Zen 5; docs/performance.md, "CPU kernels and threads").
   if (a.n == 1) return skinny_range<V, W, 1>(a, w);
   if constexpr (V::kBlockedRows > 0)
     if (a.n >= V::kBlockedRows && a.in >= 16) return skinny_blocked<V, W>(a, w);
