@@ -34,7 +34,10 @@ struct Engine::StepGuard {
 };
 
 Engine::Engine(const Model& model, const EngineOptions& options)
-    : model_(model), options_(options) {}
+    : model_(model), options_(options) {
+  // Admission then never allocates to record a running request (it could not be undone).
+  running_.reserve(static_cast<size_t>(std::min(options.max_running, 4096)));
+}
 
 Engine::~Engine() {
   bool worker = false;
