@@ -694,7 +694,8 @@ TEST_P(FailureInjection, EngineStep) {
     submit(3);
     int32_t left = 1;
     for (int step = 0; left > 0 && step < 1000; ++step)
-      EXPECT_EQ(photon_engine_step(engine, &left), PHOTON_OK) << call << ": " << photon_last_error();
+      EXPECT_EQ(photon_engine_step(engine, &left), PHOTON_OK)
+          << call << ": " << photon_last_error();
     EXPECT_EQ(left, 0) << call;
     for (int i = 0; i < 4; ++i) {
       photon_request* r = requests[i];
