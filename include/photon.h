@@ -124,6 +124,8 @@ typedef enum photon_status {
   PHOTON_ERR_UNSUPPORTED = 22,         /* valid but not supported, e.g. RecGen with one level */
   PHOTON_ERR_WRONG_MODEL = 23,         /* a session state made by a different model or tokenizer */
   PHOTON_ERR_DEVICE = 24,              /* the compute device failed or is not available */
+  PHOTON_ERR_BUSY = 25,                /* an engine's waiting queue is full: submit again later */
+  PHOTON_ERR_TIMEOUT = 26,             /* nothing happened within the call's timeout */
   PHOTON_ERR_INTERNAL = 99             /* a bug: please report it with the message */
 } photon_status;
 
@@ -380,7 +382,8 @@ typedef enum photon_stop_reason {
   PHOTON_STOP_STRING = 3,      /* the text produced a configured stop string */
   PHOTON_STOP_CALLBACK = 4,    /* the token callback returned non-zero */
   PHOTON_STOP_CANCELLED = 5,   /* photon_session_cancel was called */
-  PHOTON_STOP_CONTEXT_FULL = 6 /* the session's context length was reached */
+  PHOTON_STOP_CONTEXT_FULL = 6, /* the session's context length was reached */
+  PHOTON_STOP_ERROR = 7         /* an engine request failed (photon_request_status says why) */
 } photon_stop_reason;
 
 /* Creates session options with the defaults: mode AUTO, context = the model's, seed 0, greedy
@@ -660,6 +663,257 @@ PHOTON_API photon_status photon_session_restore(const photon_model *model, const
                                                 size_t size, photon_session **out);
 /* As photon_session_restore, from a file. */
 PHOTON_API photon_status photon_session_restore_file(const photon_model *model, const char *path,
+                                                     photon_session **out);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Serving many requests: the engine                                                              */
+/* ---------------------------------------------------------------------------------------------- */
+
+/* A photon_engine serves generation requests over one model with continuous batching: between
+ * decode steps it admits waiting requests, prefills their prompts together, and lets finished and
+ * cancelled requests leave, so that every running request advances at every step with one GEMM
+ * per weight matrix for all of them.
+ *
+ * Results. Every request produces exactly the tokens and log-probabilities that a session created
+ * with its options, given its prompt and generating with photon_session_generate(max_tokens)
+ * would produce (greedy or seeded sampling alike), whatever other requests run beside it, however
+ * its prompt was split into chunks, and whether it was paused and resumed.
+ *
+ * A step (photon_engine_step, or one turn of the engine's worker thread):
+ *   1. Requests cancelled since the last step end (PHOTON_STOP_CANCELLED), and their memory is
+ *      freed.
+ *   2. Admission, in order: paused requests first (oldest first), then waiting requests in
+ *      submission order (FIFO), each while fewer than max_running requests run and its memory fits
+ *      the budget; the first that does not fit stops admission (no request overtakes an older one).
+ *   3. Prompts: up to step_tokens prompt tokens of the running requests that still have prompt
+ *      left, oldest request first, consumed together (as photon_session_prefill_batch); a longer
+ *      prompt continues at the next steps, while the requests that finished theirs keep decoding.
+ *   4. Decoding: every running request whose prompt is consumed advances by one decode step of its
+ *      mode (a RecGen request may deliver several tokens, one per open level-1 window), all in one
+ *      batch; tokens are delivered through each request's callback or queued for
+ *      photon_request_next_token, and each request stops on its own rules (those of
+ *      photon_session_generate, with its max_tokens).
+ *
+ * Memory. A request's session holds KV caches sized to the positions it has used, grown in steps
+ * as it generates (never beyond its context length). With a memory budget, the sum over running
+ * requests stays within it: when a running request must grow and the budget is full, the newest
+ * running request is paused (its session saved to host memory as photon_session_save would, and
+ * its caches freed) until room returns; a paused request resumes exactly where it stopped. A
+ * request that alone exceeds the budget fails with PHOTON_ERR_OUT_OF_MEMORY.
+ *
+ * Errors. A request whose step fails (an allocation, its session, a device error) ends with
+ * PHOTON_STOP_ERROR and a status and message (photon_request_status, photon_request_error); the
+ * engine and the other requests go on.
+ *
+ * Threads. An engine runs its steps on one thread at a time: its own worker (photon_engine_start
+ * ... photon_engine_stop), or a thread of the application that calls photon_engine_step in a loop
+ * (for applications with an event loop of their own). Any thread may submit, cancel, query, wait
+ * on, pull from and free requests at any time, and read the engine's statistics. Token callbacks
+ * run on the thread that runs the steps; a callback may call any request function and
+ * photon_engine_submit, but not photon_engine_step, _stop, _free, or photon_request_wait /
+ * photon_request_next_token with a timeout other than 0 on a request of the same engine (they would
+ * wait for the step the callback is part of). The model must outlive the engine. On a GPU the
+ * engine's steps share the device with the model's other users, as sessions do. */
+typedef struct photon_engine photon_engine;
+typedef struct photon_engine_options photon_engine_options;
+typedef struct photon_request photon_request;
+typedef struct photon_request_options photon_request_options;
+
+/* Creates engine options with the defaults: max_running 64, max_waiting 1024, no memory budget,
+ * step_tokens 512. */
+PHOTON_API photon_status photon_engine_options_create(photon_engine_options **out);
+/* Frees engine options; NULL is accepted. */
+PHOTON_API void photon_engine_options_free(photon_engine_options *options);
+/* The most requests that run (prefill or decode) at once, >= 1. */
+PHOTON_API photon_status photon_engine_options_set_max_running(photon_engine_options *options,
+                                                               int32_t max_running);
+/* The most requests that wait for admission, >= 0; photon_engine_submit beyond it fails at once
+ * with PHOTON_ERR_BUSY. Paused requests do not count. */
+PHOTON_API photon_status photon_engine_options_set_max_waiting(photon_engine_options *options,
+                                                               int32_t max_waiting);
+/* The most bytes the running requests' sessions may hold (their caches and states, as
+ * photon_model_memory counts them); 0 (the default) for no limit. */
+PHOTON_API photon_status photon_engine_options_set_memory_budget(photon_engine_options *options,
+                                                                 uint64_t bytes);
+/* The most prompt tokens a step consumes, >= 1 (chunked prefill): smaller keeps the running
+ * streams' time between tokens shorter while a long prompt is read, larger reads it sooner. */
+PHOTON_API photon_status photon_engine_options_set_step_tokens(photon_engine_options *options,
+                                                               int32_t step_tokens);
+
+/* Creates an engine over a model (options may be NULL for the defaults). It runs no thread until
+ * photon_engine_start. */
+PHOTON_API photon_status photon_engine_create(const photon_model *model,
+                                              const photon_engine_options *options,
+                                              photon_engine **out);
+/* Stops the worker if one runs, ends every unfinished request with PHOTON_STOP_CANCELLED and frees
+ * the engine; NULL is accepted. Request handles stay valid (finished) until photon_request_free. */
+PHOTON_API void photon_engine_free(photon_engine *engine);
+
+/* Starts the engine's worker thread, which runs steps while there is work and sleeps otherwise.
+ * Fails with PHOTON_ERR_INVALID_ARGUMENT when it runs already, and with PHOTON_ERR_INTERNAL when
+ * the system refuses a thread. */
+PHOTON_API photon_status photon_engine_start(photon_engine *engine);
+
+typedef enum photon_engine_stop_mode {
+  PHOTON_ENGINE_DRAIN = 0, /* finish every request submitted so far, then stop */
+  PHOTON_ENGINE_CANCEL = 1 /* end every unfinished request with PHOTON_STOP_CANCELLED, then stop */
+} photon_engine_stop_mode;
+
+/* Stops the worker thread started by photon_engine_start and returns when it has ended. With
+ * PHOTON_ENGINE_DRAIN, requests submitted while it drains are served too. The engine can be
+ * started again, or stepped. Fails with PHOTON_ERR_INVALID_ARGUMENT when no worker runs. */
+PHOTON_API photon_status photon_engine_stop(photon_engine *engine, photon_engine_stop_mode mode);
+
+/* Runs one step (above) on the calling thread; *n_unfinished (may be NULL) receives the number of
+ * requests not yet finished (waiting, running or paused). A step with nothing to do returns at
+ * once. Fails with PHOTON_ERR_INVALID_ARGUMENT while the worker runs or another thread is in a
+ * step. A failure inside the step ends only the requests it concerns (see Errors above). */
+PHOTON_API photon_status photon_engine_step(photon_engine *engine, int32_t *n_unfinished);
+
+typedef enum photon_engine_stat {
+  PHOTON_ENGINE_WAITING = 0,           /* requests waiting for admission now */
+  PHOTON_ENGINE_RUNNING = 1,           /* requests running now */
+  PHOTON_ENGINE_PAUSED = 2,            /* requests paused now */
+  PHOTON_ENGINE_SUBMITTED = 3,         /* requests accepted by photon_engine_submit, in all */
+  PHOTON_ENGINE_REFUSED = 4,           /* submissions refused with PHOTON_ERR_BUSY, in all */
+  PHOTON_ENGINE_FINISHED = 5,          /* requests ended (any reason), in all */
+  PHOTON_ENGINE_FAILED = 6,            /* of those, ended by an error */
+  PHOTON_ENGINE_CANCELLED = 7,         /* of those, cancelled */
+  PHOTON_ENGINE_PROMPT_TOKENS = 8,     /* prompt tokens consumed, in all */
+  PHOTON_ENGINE_REUSED_TOKENS = 9,     /* tokens continued from given sessions or states, in all */
+  PHOTON_ENGINE_GENERATED_TOKENS = 10, /* tokens delivered, in all */
+  PHOTON_ENGINE_PAUSES = 11,           /* times a request was paused, in all */
+  PHOTON_ENGINE_STEPS = 12,            /* steps that did work, in all */
+  PHOTON_ENGINE_MEMORY_IN_USE = 13,    /* bytes the requests' sessions hold now (the budget's) */
+  PHOTON_ENGINE_MEMORY_PEAK = 14,      /* the most of those at any time */
+  PHOTON_ENGINE_TOKENS_PER_SECOND = 15 /* tokens delivered per second over the last 10 seconds */
+} photon_engine_stat;
+
+/* The engine's statistic `stat` (counts are exact below 2^53). Safe from any thread. Fails with
+ * PHOTON_ERR_INVALID_ARGUMENT for a NULL engine or value, or an unknown stat. */
+PHOTON_API photon_status photon_engine_get_stat(const photon_engine *engine,
+                                                photon_engine_stat stat, double *value);
+
+/* What a request asks for; options may be freed (or changed and reused) right after submit. */
+PHOTON_API photon_status photon_request_options_create(photon_request_options **out);
+/* Frees request options; NULL is accepted. */
+PHOTON_API void photon_request_options_free(photon_request_options *options);
+/* The session settings of the request (mode, context length, kv type, sampler, stop strings;
+ * copied). Default: photon_session_options_create's. A request that continues a state or a
+ * session keeps its mode, context length and kv type, and takes these sampler settings only if
+ * they were set (as photon_session_set_sampler). */
+PHOTON_API photon_status photon_request_options_set_session_options(
+    photon_request_options *options, const photon_session_options *session_options);
+/* The prompt as token ids (copied), consumed after whatever the request continues. */
+PHOTON_API photon_status photon_request_options_set_prompt(photon_request_options *options,
+                                                           const int32_t *tokens, size_t n_tokens);
+/* The prompt as UTF-8 text (copied), tokenized at submit as photon_model_tokenize does (add_bos
+ * non-zero puts BOS first). Replaces a prompt given as tokens, and the other way round. */
+PHOTON_API photon_status photon_request_options_set_prompt_text(photon_request_options *options,
+                                                                const char *text, size_t text_len,
+                                                                int add_bos);
+/* Continue a saved session state (photon_session_save's bytes, copied; checked at submit as
+ * photon_session_restore checks it). The prompt, if any, follows the state's history. */
+PHOTON_API photon_status photon_request_options_set_state(photon_request_options *options,
+                                                          const void *data, size_t size);
+/* Continue a live session of the engine's model: at a successful submit the request takes it over
+ * (do not use or free it; photon_request_take_session gives it back once the request has
+ * finished, and photon_request_free frees it if it was not taken). The options keep no reference
+ * to it after the submit. NULL removes it. */
+PHOTON_API photon_status photon_request_options_set_session(photon_request_options *options,
+                                                            photon_session *session);
+/* The most tokens to generate, >= 0; -1 (the default) for no limit but the context length. */
+PHOTON_API photon_status photon_request_options_set_max_tokens(photon_request_options *options,
+                                                               int32_t max_tokens);
+/* Delivers the request's tokens through callback (on the engine's stepping thread; non-zero stops
+ * this request alone, PHOTON_STOP_CALLBACK); NULL (the default) queues them for
+ * photon_request_next_token instead. */
+PHOTON_API photon_status photon_request_options_set_callback(photon_request_options *options,
+                                                             photon_token_callback callback,
+                                                             void *user_data);
+
+/* Submits a request; on success *out is its handle (free it with photon_request_free), returned at
+ * once: the request waits for a step to admit it. It needs a prompt, a state or a session, and
+ * must end up holding at least one token. Fails with PHOTON_ERR_BUSY when max_waiting requests
+ * wait already (nothing is taken over), with the errors of photon_session_create,
+ * photon_session_restore (a state) and photon_session_prefill's checks (PHOTON_ERR_BAD_TOKEN,
+ * PHOTON_ERR_CONTEXT_FULL) on the request's own input, and with PHOTON_ERR_INVALID_ARGUMENT for a
+ * session of another model or one in use. Safe from any thread. */
+PHOTON_API photon_status photon_engine_submit(photon_engine *engine,
+                                              const photon_request_options *options,
+                                              photon_request **out);
+
+/* Asks the request to end: it ends at the engine's next step with PHOTON_STOP_CANCELLED (already
+ * delivered tokens stay delivered), and its memory is freed then. A finished request is not
+ * changed. Safe from any thread; NULL is accepted. */
+PHOTON_API void photon_request_cancel(photon_request *request);
+
+/* Frees the handle; NULL is accepted. An unfinished request is cancelled first; its callback is not
+ * called after this returns (called from the request's own callback, it takes effect when the
+ * callback returns). */
+PHOTON_API void photon_request_free(photon_request *request);
+
+typedef enum photon_request_state {
+  PHOTON_REQUEST_WAITING = 0,  /* submitted, not admitted yet */
+  PHOTON_REQUEST_RUNNING = 1,  /* consuming its prompt or generating */
+  PHOTON_REQUEST_PAUSED = 2,   /* saved to host memory until the memory budget has room */
+  PHOTON_REQUEST_FINISHED = 3  /* ended: photon_request_stop_reason says why */
+} photon_request_state;
+
+/* The request's state now; PHOTON_REQUEST_FINISHED for NULL. Safe from any thread. */
+PHOTON_API photon_request_state photon_request_get_state(const photon_request *request);
+/* Why the request ended (PHOTON_STOP_LENGTH for max_tokens, _EOS, _STRING, _CALLBACK, _CANCELLED,
+ * _CONTEXT_FULL or _ERROR); PHOTON_STOP_NONE while it has not. */
+PHOTON_API photon_stop_reason photon_request_stop_reason(const photon_request *request);
+/* PHOTON_OK, or the status of the error that ended the request (PHOTON_STOP_ERROR). */
+PHOTON_API photon_status photon_request_status(const photon_request *request);
+/* The message of that error ("" if none); owned by the request. */
+PHOTON_API const char *photon_request_error(const photon_request *request);
+
+/* Waits until the request has finished, at most timeout_ms milliseconds (-1: no limit; 0: only
+ * look). Fails with PHOTON_ERR_TIMEOUT when it has not finished by then. */
+PHOTON_API photon_status photon_request_wait(photon_request *request, int32_t timeout_ms);
+
+/* The next queued token of a request without a callback, waiting at most timeout_ms milliseconds
+ * (-1: no limit; 0: only look) for it: on PHOTON_OK *token is its id, or -1 once the request has
+ * finished and every token was taken. piece, piece_capacity, *piece_len and logprob as
+ * photon_session_next_token (on PHOTON_ERR_BUFFER_TOO_SMALL the token stays queued). Fails with
+ * PHOTON_ERR_TIMEOUT when no token came in time, and PHOTON_ERR_INVALID_ARGUMENT for a request with
+ * a callback. One thread at a time per request. */
+PHOTON_API photon_status photon_request_next_token(photon_request *request, int32_t timeout_ms,
+                                                   int32_t *token, char *piece,
+                                                   size_t piece_capacity, size_t *piece_len,
+                                                   float *logprob);
+
+typedef enum photon_request_stat {
+  PHOTON_REQUEST_PROMPT_TOKENS = 0,     /* prompt tokens consumed */
+  PHOTON_REQUEST_REUSED_TOKENS = 1,     /* tokens of the continued state or session */
+  PHOTON_REQUEST_GENERATED_TOKENS = 2,  /* tokens delivered */
+  PHOTON_REQUEST_QUEUE_SECONDS = 3,     /* from submit to admission */
+  PHOTON_REQUEST_FIRST_TOKEN_SECONDS = 4, /* from submit to the first delivered token */
+  PHOTON_REQUEST_DECODE_SECONDS = 5,    /* from the first delivered token to the end (or now) */
+  PHOTON_REQUEST_PAUSED_SECONDS = 6,    /* time spent paused */
+  PHOTON_REQUEST_PAUSES = 7             /* times paused */
+} photon_request_stat;
+
+/* The request's statistic `stat`; times not reached yet are NaN. Safe from any thread. Fails with
+ * PHOTON_ERR_INVALID_ARGUMENT for a NULL request or value, or an unknown stat. */
+PHOTON_API photon_status photon_request_get_stat(const photon_request *request,
+                                                 photon_request_stat stat, double *value);
+
+/* The finished request's session state (photon_session_save's bytes): its history, caches and
+ * sampler, to continue it later (photon_request_options_set_state, photon_session_restore). As
+ * photon_session_save for buffer, capacity, *size and PHOTON_ERR_BUFFER_TOO_SMALL. Fails with
+ * PHOTON_ERR_INVALID_ARGUMENT before the request has finished, or once its session was taken or
+ * ended by an error. */
+PHOTON_API photon_status photon_request_save(photon_request *request, void *buffer,
+                                             size_t capacity, size_t *size);
+
+/* Hands the finished request's session to the caller (*out; free it with photon_session_free):
+ * the session given with photon_request_options_set_session, or the one the request created. It
+ * holds the request's history as a session that ran photon_session_generate would. Fails as
+ * photon_request_save does. */
+PHOTON_API photon_status photon_request_take_session(photon_request *request,
                                                      photon_session **out);
 
 #ifdef __cplusplus

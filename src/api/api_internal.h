@@ -16,6 +16,7 @@
 #include "engine/model.h"
 #include "engine/session.h"
 #include "photon.h"
+#include "serving/request.h"
 
 struct photon_model {
   std::unique_ptr<photon::Model> model;
@@ -58,6 +59,13 @@ struct photon_write_options {
 namespace photon::api {
 
 void set_last_error(const std::string& message);
+
+// A session's settings from its options, resolved against the model (AUTO made concrete, context
+// 0 made the model's); Error PHOTON_ERR_INVALID_ARGUMENT naming `function` for a context beyond
+// the model's.
+serving::SessionSettings session_settings(const photon_model& model,
+                                          const photon_session_options& options,
+                                          const char* function);
 
 // Runs body, mapping every exception to a status and the thread's last-error message.
 template <typename Body>

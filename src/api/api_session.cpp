@@ -159,20 +159,12 @@ photon_status photon_session_create(const photon_model* model,
     require(out, "photon_session_create", "out is NULL");
     const photon_session_options defaults;
     const photon_session_options& o = options ? *options : defaults;
-    const photon::ModelConfig& c = model->model->config();
-    const int32_t context = o.context_length == 0 ? c.max_seq_len : o.context_length;
-    if (context > c.max_seq_len)
-      photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
-                   "photon_session_create: context_length " + std::to_string(context) +
-                       " exceeds the model's " + std::to_string(c.max_seq_len));
-    photon::Mode mode = photon::default_mode(*model->model);
-    if (o.mode == PHOTON_MODE_RECGEN)
-      mode = photon::Mode::RecGen;
-    else if (o.mode == PHOTON_MODE_HIERGEN && c.arch == photon::Arch::Photon)
-      mode = photon::Mode::HierGen;
+    const photon::serving::SessionSettings s =
+        photon::api::session_settings(*model, o, "photon_session_create");
     auto handle = std::make_unique<photon_session>();
     handle->owner = model;
-    handle->session = photon::Session::create(*model->model, mode, context, o.sampler, o.kv_type);
+    handle->session =
+        photon::Session::create(*model->model, s.mode, s.context, s.sampler, s.kv_type);
     *out = handle.release();
   });
 }

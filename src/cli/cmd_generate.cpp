@@ -58,6 +58,7 @@ const char* stop_reason_name(photon_stop_reason reason) {
     case PHOTON_STOP_CALLBACK: return "callback";
     case PHOTON_STOP_CANCELLED: return "cancelled";
     case PHOTON_STOP_CONTEXT_FULL: return "context_full";
+    case PHOTON_STOP_ERROR: return "error";
   }
   return "unknown";
 }
