@@ -376,12 +376,12 @@ typedef enum photon_mode {
 } photon_mode;
 
 typedef enum photon_stop_reason {
-  PHOTON_STOP_NONE = 0,        /* no generate call has finished yet */
-  PHOTON_STOP_LENGTH = 1,      /* the call's token budget was reached */
-  PHOTON_STOP_EOS = 2,         /* the model produced its end-of-sequence token */
-  PHOTON_STOP_STRING = 3,      /* the text produced a configured stop string */
-  PHOTON_STOP_CALLBACK = 4,    /* the token callback returned non-zero */
-  PHOTON_STOP_CANCELLED = 5,   /* photon_session_cancel was called */
+  PHOTON_STOP_NONE = 0,         /* no generate call has finished yet */
+  PHOTON_STOP_LENGTH = 1,       /* the call's token budget was reached */
+  PHOTON_STOP_EOS = 2,          /* the model produced its end-of-sequence token */
+  PHOTON_STOP_STRING = 3,       /* the text produced a configured stop string */
+  PHOTON_STOP_CALLBACK = 4,     /* the token callback returned non-zero */
+  PHOTON_STOP_CANCELLED = 5,    /* photon_session_cancel was called */
   PHOTON_STOP_CONTEXT_FULL = 6, /* the session's context length was reached */
   PHOTON_STOP_ERROR = 7         /* an engine request failed (photon_request_status says why) */
 } photon_stop_reason;
@@ -854,10 +854,10 @@ PHOTON_API void photon_request_cancel(photon_request *request);
 PHOTON_API void photon_request_free(photon_request *request);
 
 typedef enum photon_request_state {
-  PHOTON_REQUEST_WAITING = 0,  /* submitted, not admitted yet */
-  PHOTON_REQUEST_RUNNING = 1,  /* consuming its prompt or generating */
-  PHOTON_REQUEST_PAUSED = 2,   /* saved to host memory until the memory budget has room */
-  PHOTON_REQUEST_FINISHED = 3  /* ended: photon_request_stop_reason says why */
+  PHOTON_REQUEST_WAITING = 0, /* submitted, not admitted yet */
+  PHOTON_REQUEST_RUNNING = 1, /* consuming its prompt or generating */
+  PHOTON_REQUEST_PAUSED = 2,  /* saved to host memory until the memory budget has room */
+  PHOTON_REQUEST_FINISHED = 3 /* ended: photon_request_stop_reason says why */
 } photon_request_state;
 
 /* The request's state now; PHOTON_REQUEST_FINISHED for NULL. Safe from any thread. */
@@ -886,14 +886,14 @@ PHOTON_API photon_status photon_request_next_token(photon_request *request, int3
                                                    float *logprob);
 
 typedef enum photon_request_stat {
-  PHOTON_REQUEST_PROMPT_TOKENS = 0,     /* prompt tokens consumed */
-  PHOTON_REQUEST_REUSED_TOKENS = 1,     /* tokens of the continued state or session */
-  PHOTON_REQUEST_GENERATED_TOKENS = 2,  /* tokens delivered */
-  PHOTON_REQUEST_QUEUE_SECONDS = 3,     /* from submit to admission */
+  PHOTON_REQUEST_PROMPT_TOKENS = 0,       /* prompt tokens consumed */
+  PHOTON_REQUEST_REUSED_TOKENS = 1,       /* tokens of the continued state or session */
+  PHOTON_REQUEST_GENERATED_TOKENS = 2,    /* tokens delivered */
+  PHOTON_REQUEST_QUEUE_SECONDS = 3,       /* from submit to admission */
   PHOTON_REQUEST_FIRST_TOKEN_SECONDS = 4, /* from submit to the first delivered token */
-  PHOTON_REQUEST_DECODE_SECONDS = 5,    /* from the first delivered token to the end (or now) */
-  PHOTON_REQUEST_PAUSED_SECONDS = 6,    /* time spent paused */
-  PHOTON_REQUEST_PAUSES = 7             /* times paused */
+  PHOTON_REQUEST_DECODE_SECONDS = 5,      /* from the first delivered token to the end (or now) */
+  PHOTON_REQUEST_PAUSED_SECONDS = 6,      /* time spent paused */
+  PHOTON_REQUEST_PAUSES = 7               /* times paused */
 } photon_request_stat;
 
 /* The request's statistic `stat`; times not reached yet are NaN. Safe from any thread. Fails with
@@ -906,15 +906,14 @@ PHOTON_API photon_status photon_request_get_stat(const photon_request *request,
  * photon_session_save for buffer, capacity, *size and PHOTON_ERR_BUFFER_TOO_SMALL. Fails with
  * PHOTON_ERR_INVALID_ARGUMENT before the request has finished, or once its session was taken or
  * ended by an error. */
-PHOTON_API photon_status photon_request_save(photon_request *request, void *buffer,
-                                             size_t capacity, size_t *size);
+PHOTON_API photon_status photon_request_save(photon_request *request, void *buffer, size_t capacity,
+                                             size_t *size);
 
 /* Hands the finished request's session to the caller (*out; free it with photon_session_free):
  * the session given with photon_request_options_set_session, or the one the request created. It
  * holds the request's history as a session that ran photon_session_generate would. Fails as
  * photon_request_save does. */
-PHOTON_API photon_status photon_request_take_session(photon_request *request,
-                                                     photon_session **out);
+PHOTON_API photon_status photon_request_take_session(photon_request *request, photon_session **out);
 
 #ifdef __cplusplus
 }
