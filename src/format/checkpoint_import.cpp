@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -132,6 +133,17 @@ void add_if_absent(std::vector<std::pair<std::string, std::string>>& metadata,
     metadata.emplace_back(key, value);
 }
 
+// The engine takes BOS and EOS from the tokenizer, so a config that names others is refused.
+void check_token_id(const std::string& config_path, const char* field,
+                    const std::optional<int32_t>& id, const std::string& tokenizer_origin,
+                    const char* role, int32_t tokenizer_id) {
+  if (!id || *id == tokenizer_id) return;
+  fail(PHOTON_ERR_TOKENIZER,
+       config_path + ": " + field + " is " + std::to_string(*id) + " but " + tokenizer_origin +
+           (tokenizer_id < 0 ? std::string(" has no ") + role
+                             : std::string("'s ") + role + " is " + std::to_string(tokenizer_id)));
+}
+
 }  // namespace
 
 void convert_checkpoint(const CheckpointSource& source, const std::string& out_path,
@@ -158,31 +170,6 @@ void convert_checkpoint(const CheckpointSource& source, const std::string& out_p
     config = hf_model.config;
   } else {
     config = config_from_json(config_text, config_path);
-  }
-
-  // The tokenizer.
-  std::string tokenizer_origin = source.tokenizer_path;
-  if (tokenizer_origin.empty() && fs::exists(beside / "tokenizer.model"))
-    tokenizer_origin = (beside / "tokenizer.model").string();
-  if (tokenizer_origin.empty() && hf)
-    fail(PHOTON_ERR_TOKENIZER,
-         beside.string() +
-             ": no tokenizer.model; a Hugging Face checkpoint is converted with its sentencepiece "
-             "tokenizer.model (tokenizer.json alone is not supported)");
-  const std::string tokenizer = pad_tokenizer_model(
-      tokenizer_origin.empty() ? builtin_tokenizer_model() : read_whole_file(tokenizer_origin),
-      config.vocab_size, tokenizer_origin.empty() ? "the built-in tokenizer" : tokenizer_origin);
-  if (hf) {
-    const Tokenizer parsed(tokenizer, tokenizer_origin);
-    const std::pair<const char*, std::pair<std::optional<int32_t>, int32_t>> ids[] = {
-        {"bos_token_id", {hf_model.bos_token_id, parsed.bos()}},
-        {"eos_token_id", {hf_model.eos_token_id, parsed.eos()}}};
-    for (const auto& [field, pair] : ids)
-      if (pair.first && *pair.first != pair.second)
-        fail(PHOTON_ERR_TOKENIZER, config_path + ": " + field + " is " +
-                                       std::to_string(*pair.first) + " but " + tokenizer_origin +
-                                       " has id " + std::to_string(pair.second) +
-                                       " (-1: none) for that token");
   }
 
   // The weights, matched to the tensors the configuration needs.
@@ -213,6 +200,26 @@ void convert_checkpoint(const CheckpointSource& source, const std::string& out_p
              (hf && name == "lm_head.weight"
                   ? " (tie_word_embeddings is true: the output layer is the embedding)"
                   : ""));
+  }
+
+  // The tokenizer, padded to the vocabulary, which the weights have bounded by now.
+  std::string tokenizer_origin = source.tokenizer_path;
+  if (tokenizer_origin.empty() && fs::exists(beside / "tokenizer.model"))
+    tokenizer_origin = (beside / "tokenizer.model").string();
+  if (tokenizer_origin.empty() && hf)
+    fail(PHOTON_ERR_TOKENIZER,
+         beside.string() +
+             ": no tokenizer.model; a Hugging Face checkpoint is converted with its sentencepiece "
+             "tokenizer.model (tokenizer.json alone is not supported)");
+  const std::string tokenizer = pad_tokenizer_model(
+      tokenizer_origin.empty() ? builtin_tokenizer_model() : read_whole_file(tokenizer_origin),
+      config.vocab_size, tokenizer_origin.empty() ? "the built-in tokenizer" : tokenizer_origin);
+  if (hf) {
+    const Tokenizer parsed(tokenizer, tokenizer_origin);
+    check_token_id(config_path, "bos_token_id", hf_model.bos_token_id, tokenizer_origin, "BOS",
+                   parsed.bos());
+    check_token_id(config_path, "eos_token_id", hf_model.eos_token_id, tokenizer_origin, "EOS",
+                   parsed.eos());
   }
 
   WriteOptions with_source = options;
