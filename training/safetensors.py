@@ -10,6 +10,7 @@ with these, and tests write Hugging Face checkpoints with them.
 """
 
 import json
+import math
 import struct
 import sys
 
@@ -33,25 +34,35 @@ def tensor_bytes(tensor):
 
 def save_file(tensors, path, metadata=None):
     """Writes {name: tensor} (float32, float16 or bfloat16) to path, in the order given."""
-    header, chunks, offset = {}, [], 0
+    specs = [(name, t.dtype, list(t.shape)) for name, t in tensors.items()]
+    write_streamed(path, specs, lambda name: tensors[name], metadata)
+
+
+def write_streamed(path, specs, make, metadata=None):
+    """Writes the tensors of specs [(name, torch dtype, shape)] to path in that order, each made
+    by make(name) only when it is written, so that a file larger than memory can be written."""
+    header, offset = {}, 0
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    for name, tensor in tensors.items():
-        if tensor.dtype not in DTYPES:
-            raise ValueError(f"{path}: tensor {name!r} has dtype {tensor.dtype}; "
+    for name, dtype, shape in specs:
+        if dtype not in DTYPES:
+            raise ValueError(f"{path}: tensor {name!r} has dtype {dtype}; "
                              f"float32, float16 and bfloat16 are written")
-        data = tensor_bytes(tensor)
-        header[name] = {"dtype": DTYPES[tensor.dtype], "shape": list(tensor.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        chunks.append(data)
-        offset += len(data)
+        size = math.prod(shape) * torch.tensor([], dtype=dtype).element_size()
+        header[name] = {"dtype": DTYPES[dtype], "shape": list(shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as the reference pads it
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
-        for data in chunks:
-            f.write(data)
+        for name, dtype, shape in specs:
+            tensor = make(name)
+            if tensor.dtype != dtype or list(tensor.shape) != list(shape):
+                raise ValueError(f"{path}: tensor {name!r} is {tensor.dtype} {list(tensor.shape)}, "
+                                 f"not the {dtype} {list(shape)} announced")
+            f.write(tensor_bytes(tensor))
 
 
 def load_file(path):
