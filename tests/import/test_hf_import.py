@@ -15,7 +15,8 @@ The trainer's output: a PHOTON model's weights written by training.export.write_
 same weights as weights.npz through --config / --weights (identical log-probabilities).
 
 Refusals: a checkpoint without tokenizer.model, and a refused config field, fail with exit code 1
-and a message naming them (every field is tested in tests/unit/test_checkpoint_import.cpp).
+and a message naming them (every field is tested in tests/unit/test_checkpoint_import.cpp);
+--from with --weights is a usage error (exit code 2).
 
     PYTHONPATH=python:. /usr/bin/python3 tests/import/test_hf_import.py \
         --photon build/bin/photon --work-dir /tmp/import
@@ -333,7 +334,12 @@ def check_refusals(photon, work):
         raise Mismatch(f"no tokenizer: exit {result.returncode}, message {message!r}")
     if os.path.exists(out):
         raise Mismatch("a refused conversion left a file")
-    print("refusals: rope_scaling and a missing tokenizer.model are named")
+    result = run([photon, "convert", "--from", directory, "--weights", "w.npz", "-o", out],
+                 expect_ok=False)
+    message = result.stderr.decode(errors="replace")
+    if result.returncode != 2 or "give --from or --weights, not both" not in message:
+        raise Mismatch(f"--from with --weights: exit {result.returncode}, message {message!r}")
+    print("refusals: rope_scaling, a missing tokenizer.model and --from with --weights are named")
 
 
 def main():
