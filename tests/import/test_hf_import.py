@@ -12,7 +12,8 @@ tokens equal. The metadata must record the source and config.json's SHA-256.
 
 The trainer's output: a PHOTON model's weights written by training.export.write_interchange
 (config.json + model.safetensors, the SDK's names) convert with --from to the same model as the
-same weights as weights.npz through --config / --weights (identical log-probabilities).
+same weights as weights.npz through --config / --weights (identical log-probabilities); and
+training.safetensors reads back what it writes, in f32, f16 and bf16.
 
 Refusals: a checkpoint without tokenizer.model, and a refused config field, fail with exit code 1
 and a message naming them (every field is tested in tests/unit/test_checkpoint_import.cpp);
@@ -37,7 +38,7 @@ import torch
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, ROOT)
-from training.safetensors import save_file  # noqa: E402
+from training.safetensors import load_file, save_file  # noqa: E402
 
 TOLERANCE = 1e-4
 MIN_MARGIN = 1e-3  # a greedy step closer than this to a tie would make the comparison flaky
@@ -309,6 +310,16 @@ def check_trainer_output(photon, work):
          "--tokenizer", TOKENIZER, "-o", from_npz])
     ids = [BOS] + list(range(40, 60))
     a, b = score(photon, from_safetensors, ids), score(photon, from_npz, ids)
+    # load_file (init_from, training.recgen_quality) reads back what was written, in every dtype.
+    state = model.state_dict()
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        path = os.path.join(work, "round-trip.safetensors")
+        save_file({k: v.detach().to(dtype) for k, v in state.items()}, path)
+        back = load_file(path)
+        if list(back) != list(state) or any(
+                back[k].dtype != dtype or not torch.equal(back[k], state[k].detach().to(dtype))
+                for k in state):
+            raise Mismatch(f"training.safetensors: a {dtype} round trip changes the tensors")
     if a != b:
         raise Mismatch(f"trainer output: --from gives {a[:4]}..., the npz {b[:4]}...")
     print(f"trainer output: --from and --weights give the same {len(a)} log-probabilities")
