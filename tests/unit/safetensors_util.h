@@ -25,7 +25,7 @@ inline StTensor st_tensor(const std::string& name, const std::string& dtype,
                           std::vector<int64_t> shape, const std::vector<float>& values) {
   const DType t = dtype == "F32" ? DType::F32 : dtype == "F16" ? DType::F16 : DType::BF16;
   StTensor out{name, dtype, std::move(shape), std::vector<uint8_t>(values.size() * dtype_size(t))};
-  convert_from_f32(t, values.data(), out.data.data(), values.size());
+  if (!values.empty()) convert_from_f32(t, values.data(), out.data.data(), values.size());
   return out;
 }
 
