@@ -340,6 +340,32 @@ PHOTON_API photon_status photon_model_convert(const char *config_json_path,
                                               const char *weights_npz_path, const char *out_path,
                                               const photon_write_options *options);
 
+/* Builds a .photon file from a safetensors checkpoint. path is either
+ *   a directory holding config.json, the weights (model.safetensors, or the shards that
+ *   model.safetensors.index.json lists) and tokenizer.model, as Hugging Face and the SDK's trainer
+ *   write them, or
+ *   one .safetensors file, whose configuration config_json_path then gives.
+ * config_json_path (NULL: path/config.json) is the SDK's configuration (spec section 8; tensors
+ * named as in spec section 6, any architecture) or a Hugging Face config.json of
+ * LlamaForCausalLM or MistralForCausalLM, which becomes a vanilla model (the fields and tensor
+ * names it maps are listed in docs/model-files.md). What the engine cannot compute exactly is
+ * refused with PHOTON_ERR_UNSUPPORTED naming the field: rope_scaling, a Mistral sliding_window
+ * shorter than max_position_embeddings, attention_bias or mlp_bias, a hidden_act other than silu,
+ * quantization_config, another architecture. Tensors may be F32, F16 or BF16 (stored as the
+ * options' dtype); every tensor the configuration needs must be present with its exact shape, and
+ * no other. The tokenizer is the options' tokenizer file, else tokenizer.model beside the weights,
+ * else, for an SDK configuration only, the built-in one; a Hugging Face config's bos_token_id and
+ * eos_token_id must be the tokenizer's (PHOTON_ERR_TOKENIZER otherwise). The weights are mapped and
+ * converted one tensor at a time, so memory stays near the largest tensor (as f32), not the model.
+ * The file's metadata records "source" (the directory's or file's name), "source.format" and
+ * "source.config_sha256" (of config.json's bytes) unless the options set them. Damaged files fail
+ * with PHOTON_ERR_IO, _TRUNCATED, _CORRUPT, _SIZE_OVERFLOW, _TENSOR_BOUNDS, _TENSOR_SHAPE or
+ * _TENSOR_SET naming the file and tensor. options may be NULL. Written as photon_model_convert
+ * writes: a failed call never leaves a partial file at out_path. */
+PHOTON_API photon_status photon_model_convert_from(const char *path, const char *config_json_path,
+                                                   const char *out_path,
+                                                   const photon_write_options *options);
+
 /* Writes a model with seeded random weights (normal, std 0.02, for matrices and embeddings; ones
  * for norms; zeros for biases) for the configuration given as JSON text (spec section 8), for tests
  * and benchmarks. options may be NULL. */

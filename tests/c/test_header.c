@@ -140,6 +140,9 @@ static void test_null_handling(void) {
   CHECK_STATUS(photon_write_options_set_metadata(NULL, "k", "v"), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_write_options_set_progress(NULL, NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_model_convert(NULL, NULL, NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_model_convert_from(NULL, NULL, NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_model_convert_from("", NULL, "out.photon", NULL),
+               PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_model_init_random(NULL, NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_preset_config(NULL, text, sizeof text, &n), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_config_parameter_count(NULL, &count), PHOTON_ERR_INVALID_ARGUMENT);
@@ -258,6 +261,10 @@ static void test_errors(void) {
                                     "/nonexistent-photon-dir/out.photon", NULL),
                PHOTON_ERR_IO);
   CHECK(contains(photon_last_error(), "/nonexistent-photon-dir/"));
+  CHECK_STATUS(photon_model_convert_from("/nonexistent-photon-dir/checkpoint", NULL,
+                                         "/nonexistent-photon-dir/out.photon", NULL),
+               PHOTON_ERR_IO);
+  CHECK(contains(photon_last_error(), "/nonexistent-photon-dir/checkpoint"));
 }
 
 static void test_presets(void) {
