@@ -122,6 +122,8 @@ typedef enum photon_status {
   PHOTON_ERR_UNSUPPORTED = 22,         /* valid but not supported, e.g. RecGen with one level */
   PHOTON_ERR_WRONG_MODEL = 23,         /* a session state made by a different model or tokenizer */
   PHOTON_ERR_DEVICE = 24,              /* the compute device failed or is not available */
+  PHOTON_ERR_NOT_FINITE = 25,          /* a weight or a computed value is NaN or infinite, or a
+                                          weight overflows the storage type it is written in */
   PHOTON_ERR_INTERNAL = 99             /* a bug: please report it with the message */
 } photon_status;
 
@@ -265,8 +267,14 @@ PHOTON_API photon_status photon_model_detokenize(const photon_model *model, cons
 
 /* Teacher-forced scoring: logprobs[i] = log p(tokens[i] | tokens[0..i-1]) for i >= 1, and
  * logprobs[0] = NaN (the first token, normally BOS, is not predicted). logprobs must hold n_tokens
- * floats. Thread-safe on a shared model. Fails with PHOTON_ERR_BAD_TOKEN, PHOTON_ERR_CONTEXT_FULL
- * (n_tokens above the model's context length) or PHOTON_ERR_INVALID_ARGUMENT (n_tokens == 0). */
+ * floats. A sequence longer than the model's context length is scored in sliding windows, as
+ * perplexity tools do: each window holds up to a context of tokens, windows start stride tokens
+ * apart (half the context here; photon_score_options_set_stride), and each scores the tokens
+ * after the previous window's end, so token i is then conditioned on the tokens before it in its
+ * window only (at least context - stride of them) and every token after the first is scored once.
+ * Thread-safe on a shared model. Fails with PHOTON_ERR_BAD_TOKEN, PHOTON_ERR_INVALID_ARGUMENT
+ * (n_tokens == 0) or PHOTON_ERR_NOT_FINITE (a log-probability is NaN or infinite: the model's
+ * weights hold a NaN or an infinity, or its activations overflow). */
 PHOTON_API photon_status photon_model_score(const photon_model *model, const int32_t *tokens,
                                             size_t n_tokens, float *logprobs);
 
@@ -510,6 +518,18 @@ PHOTON_API photon_status photon_score_options_set_mode(photon_score_options *opt
  * throughout. */
 PHOTON_API photon_status photon_score_options_set_prompt_tokens(photon_score_options *options,
                                                                 size_t n);
+
+/* The stride of the sliding windows that score a sequence longer than the model's context (see
+ * photon_model_score): window w covers tokens [w * stride, w * stride + context) (cut at the
+ * sequence's end) and scores those after window w - 1's end; a window after the first starts
+ * mid-text, without BOS, and in PHOTON_MODE_RECGEN its prompt is its part that the previous window
+ * scored. 1 <= stride < context; 0 (the default) means half the context, rounded down. A smaller
+ * stride gives each token more context and costs more windows: a sequence of n > context tokens
+ * takes 1 + ceil((n - context) / stride) of them. Fails with PHOTON_ERR_INVALID_ARGUMENT for a
+ * negative stride; one of the context or more fails in photon_model_score_with when windows are
+ * needed. */
+PHOTON_API photon_status photon_score_options_set_stride(photon_score_options *options,
+                                                         int32_t stride);
 
 /* photon_model_score under options (NULL: the defaults, which equal photon_model_score). Fails as
  * photon_model_score does, and with PHOTON_ERR_UNSUPPORTED for RecGen on a model without it. */

@@ -39,6 +39,7 @@ struct photon_session_options {
 struct photon_score_options {
   photon_mode mode = PHOTON_MODE_AUTO;
   size_t prompt_tokens = 1;
+  int32_t stride = 0;  // of the sliding windows; 0: half the model's context
 };
 
 struct photon_session {

@@ -3,7 +3,6 @@
 #include <string>
 
 #include "api/api_internal.h"
-#include "engine/recgen.h"
 #include "engine/score.h"
 
 using photon::api::copy_out;
@@ -229,6 +228,17 @@ photon_status photon_score_options_set_prompt_tokens(photon_score_options* optio
   });
 }
 
+photon_status photon_score_options_set_stride(photon_score_options* options, int32_t stride) {
+  return guard([&] {
+    require(options, "photon_score_options_set_stride", "options is NULL");
+    if (stride < 0)
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_score_options_set_stride: stride " +
+                                                    std::to_string(stride) +
+                                                    " is negative (0 means half the context)");
+    options->stride = stride;
+  });
+}
+
 photon_status photon_model_score_with(const photon_model* model, const int32_t* tokens,
                                       size_t n_tokens, const photon_score_options* options,
                                       float* logprobs) {
@@ -240,17 +250,15 @@ photon_status photon_model_score_with(const photon_model* model, const int32_t* 
     require(logprobs, function, "logprobs is NULL");
     require(n_tokens > 0, function, "n_tokens is 0");
     const photon::Model& m = *model->model;
-    if (n_tokens > static_cast<size_t>(m.config().max_seq_len))
-      photon::fail(PHOTON_ERR_CONTEXT_FULL, std::string(function) + ": " +
-                                                std::to_string(n_tokens) +
-                                                " tokens exceed the model's context of " +
-                                                std::to_string(m.config().max_seq_len));
     check_tokens(m, tokens, n_tokens, function);
-    const std::span<const int32_t> sequence(tokens, n_tokens);
-    if (options && options->mode == PHOTON_MODE_RECGEN)
-      photon::score_recgen(m, sequence, options->prompt_tokens, logprobs);
-    else
-      photon::score_tokens(m, sequence, logprobs);
+    photon::ScoreSettings settings;
+    if (options) {
+      settings.recgen = options->mode == PHOTON_MODE_RECGEN;
+      settings.prompt_tokens = options->prompt_tokens;
+      settings.stride = options->stride;
+    }
+    photon::score_sequence(m, std::span<const int32_t>(tokens, n_tokens), settings, logprobs,
+                           function);
   });
 }
 

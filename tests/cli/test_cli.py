@@ -4,7 +4,7 @@
 usage: test_cli.py --photon BIN --work-dir DIR GROUP
 
 GROUP is `setup` (writes the models the other groups use) or one of usage, errors, inspect,
-convert, score, generate, interrupt, resume, bench, device. Standard library only. Prints "N passed,
+convert, score, windows, generate, interrupt, resume, bench, device. Standard library only. Prints "N passed,
 N failed" and exits non-zero when a check failed.
 """
 
@@ -223,7 +223,10 @@ def group_errors():
                    "generate", "context")
     context = inspect_json(m)["context_length"]
     too_long = ",".join(["5"] * (context + 1))
-    expect_failure(photon("score", "-m", m, "--tokens", too_long), 1, "score", "context")
+    expect_failure(photon("score", "-m", m, "--tokens", too_long, "--stride", context), 2,
+                   "score", "--stride")
+    expect_failure(photon("score", "-m", m, "--tokens", "1,2", "--stride", 0), 2, "score",
+                   "--stride")
     expect_failure(photon("generate", "-m", m, "--tokens", too_long), 1, "generate", "context")
     expect_failure(photon("generate", "-m", model("vanilla-small"), "--mode", "recgen", "-p", "a"),
                    1, "generate", "UNSUPPORTED")
@@ -458,6 +461,60 @@ def group_score():
         check(len(expected) == len(generated["logprobs"]) and all(
             abs(a - b) < 2e-3 for a, b in zip(expected, generated["logprobs"])),
               "hiergen logprobs %s == scores %s" % (generated["logprobs"], expected))
+
+
+def windows(n, context, stride):
+    """The sliding windows of photon_score_options_set_stride: (begin, first scored, end)."""
+    out = [(0, 0, min(n, context))]
+    while out[-1][2] < n:
+        begin = out[-1][0] + stride
+        out.append((begin, out[-1][2], min(n, begin + context)))
+    return out
+
+
+def group_windows():
+    """Sequences longer than the context are scored in sliding windows; each window's scores
+    equal a separate score of that window's tokens (the documented layout)."""
+    config = os.path.join(WORK, "short-context.json")
+    with open(config, "w") as f:
+        json.dump(dict(TINY_CONFIG, max_seq_len=64), f)
+    m = os.path.join(WORK, "short-context.photon")
+    expect_ok(photon("init", "--config", config, "--seed", 3, "-o", m))
+    tokens = [1] + [3 + (i * 37) % 4000 for i in range(149)]
+    for extra, stride, mode in [([], 32, "hiergen"), (["--stride", 20], 20, "hiergen"),
+                                (["--mode", "recgen", "--prompt-tokens", 5], 32, "recgen")]:
+        what = "%s stride %d" % (mode, stride)
+        result = photon("score", "-m", m, "--tokens", ",".join(map(str, tokens)), "--json",
+                        *extra)
+        if not expect_ok(result):
+            continue
+        whole = json.loads(result.out)
+        layout = windows(len(tokens), 64, stride)
+        check(whole["windows"] == len(layout) and whole["stride"] == stride and
+              whole["context"] == 64 and whole["predicted"] == len(tokens) - 1,
+              what + ": %s windows, stride %s" % (whole["windows"], whole["stride"]))
+        expected = [None] * len(tokens)
+        for begin, first, end in layout:
+            prompt = 5 if begin == 0 else first - begin
+            args = ["--mode", mode, "--prompt-tokens", prompt] if mode == "recgen" else []
+            part = photon("score", "-m", m, "--tokens", ",".join(map(str, tokens[begin:end])),
+                          "--json", *args)
+            if expect_ok(part):
+                logprobs = json.loads(part.out)["logprobs"]
+                expected[first:end] = logprobs[first - begin:]
+        check(whole["logprobs"] == expected, what + ": windows scored one by one differ")
+        nll = -sum(whole["logprobs"][1:])
+        check(abs(whole["nll"] - nll) < 1e-6 * nll and
+              abs(whole["perplexity"] - math.exp(nll / (len(tokens) - 1))) <
+              1e-6 * whole["perplexity"], what + ": nll and perplexity over every token")
+    table = photon("score", "-m", m, "--tokens", ",".join(map(str, tokens)))
+    check(table.rc == 0 and "windows 4 of 64 tokens, stride 32" in table.out,
+          "the table's summary names the windows\n" + table.describe())
+    short = score(m, tokens[:64])
+    check(short is not None and short["windows"] == 1 and short["stride"] is None,
+          "a sequence within the context is one window")
+    expect_failure(photon("score", "-m", m, "--tokens", ",".join(map(str, tokens)), "--stride",
+                          64), 2, "score", "--stride")
 
 
 def group_generate():
@@ -742,6 +799,7 @@ GROUPS = {
     "device": group_device,
     "resume": group_resume,
     "setup": group_setup, "usage": group_usage, "errors": group_errors,
+    "windows": group_windows,
     "inspect": group_inspect, "convert": group_convert, "score": group_score,
     "generate": group_generate, "interrupt": group_interrupt,
 }
