@@ -189,6 +189,14 @@ PHOTON_API photon_status photon_load_options_set_device(photon_load_options *opt
 PHOTON_API photon_status photon_load_options_set_threads(photon_load_options *options,
                                                          int32_t threads);
 
+/* Non-zero: photon_model_load also reads every weight once (default 0: loading maps the weights
+ * and reads only what it needs), and fails with PHOTON_ERR_NOT_FINITE, naming the tensor and the
+ * first element, where a weight is NaN or infinite (files written by photon_model_convert and
+ * photon_model_init_random never hold one; a file made by other means may), and with
+ * PHOTON_ERR_CORRUPT where the data section no longer matches the hash its header recorded when
+ * it was written. The cost is one read of the whole file. */
+PHOTON_API photon_status photon_load_options_set_verify(photon_load_options *options, int verify);
+
 /* Loads and fully verifies a .photon model file: the FlatBuffers header, every size against the real
  * file length, and the tensor set against the configuration (names, shapes, dtypes). Weights are
  * memory-mapped and, on the CPU, used in place in their stored type (f32, f16 or bf16; arithmetic
@@ -196,11 +204,13 @@ PHOTON_API photon_status photon_load_options_set_threads(photon_load_options *op
  * options may be NULL for the defaults. On success *out owns the model; free it with photon_model_free.
  * Fails with PHOTON_ERR_IO, _BAD_IDENTIFIER, _UNSUPPORTED_VERSION, _TRUNCATED, _CORRUPT,
  * _SIZE_OVERFLOW, _TENSOR_BOUNDS, _TENSOR_SHAPE, _TENSOR_SET, _BAD_CONFIG, _TOKENIZER, _CANCELLED or
- * _OUT_OF_MEMORY, with a message naming the file and, where one is at fault, the tensor. With device
+ * _OUT_OF_MEMORY (and, with photon_load_options_set_verify, _NOT_FINITE), with a message naming
+ * the file and, where one is at fault, the tensor. With device
  * "cuda" or "cuda:N" it fails with PHOTON_ERR_DEVICE when the GPU cannot be had, and the message
- * says what is missing: a CUDA build ("no CUDA build": libphoton-cuda.so is not installed), the CUDA
- * libraries the module needs ("no CUDA runtime"), a usable NVIDIA driver ("no CUDA driver") or the
- * device ("no CUDA device"). */
+ * says what is missing: the CUDA module ("no CUDA module": libphoton-cuda.so is neither beside
+ * libphoton nor at $PHOTON_CUDA_MODULE; a build without CUDA has none), the CUDA libraries the
+ * module needs ("no CUDA runtime"), a usable NVIDIA driver ("no CUDA driver") or the device ("no
+ * CUDA device"). */
 PHOTON_API photon_status photon_model_load(const char *path, const photon_load_options *options,
                                            photon_model **out);
 
@@ -248,6 +258,14 @@ PHOTON_API size_t photon_model_metadata_count(const photon_model *model);
  * Fails with PHOTON_ERR_INVALID_ARGUMENT past the end. */
 PHOTON_API photon_status photon_model_metadata_at(const photon_model *model, size_t index,
                                                   const char **key, const char **value);
+
+/* Copies the model's embedded tokenizer: the serialized sentencepiece model (a .model file's
+ * bytes, padded with unused pieces to the vocabulary size when the file was written), which
+ * photon_write_options_set_tokenizer_file takes back to write another model with the same token
+ * ids. If capacity is too small (buffer may then be NULL), returns PHOTON_ERR_BUFFER_TOO_SMALL
+ * with *size set to the bytes needed; otherwise *size receives the bytes written. */
+PHOTON_API photon_status photon_model_tokenizer_model(const photon_model *model, void *buffer,
+                                                      size_t capacity, size_t *size);
 
 /* Splits UTF-8 text (text_len bytes; need not be NUL-terminated) into token ids, with BOS first when
  * add_bos is non-zero. *n_tokens receives the number of ids. If capacity is too small (tokens may then

@@ -27,6 +27,7 @@ struct photon_load_options {
   void* progress_user = nullptr;
   photon::DeviceChoice device;
   int32_t threads = 0;
+  bool verify = false;
 };
 
 struct photon_session_options {

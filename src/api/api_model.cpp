@@ -64,6 +64,13 @@ photon_status photon_load_options_set_threads(photon_load_options* options, int3
   });
 }
 
+photon_status photon_load_options_set_verify(photon_load_options* options, int verify) {
+  return guard([&] {
+    require(options, "photon_load_options_set_verify", "options is NULL");
+    options->verify = verify != 0;
+  });
+}
+
 photon_status photon_model_load(const char* path, const photon_load_options* options,
                                 photon_model** out) {
   return guard([&] {
@@ -77,6 +84,7 @@ photon_status photon_model_load(const char* path, const photon_load_options* opt
     handle->model =
         photon::Model::load(path, progress, options ? options->device : photon::DeviceChoice{},
                             options ? options->threads : 0);
+    if (options && options->verify) handle->model->file().verify_data();
     handle->device = handle->model->backend().name();
     *out = handle.release();
   });
@@ -155,6 +163,18 @@ photon_status photon_model_metadata_at(const photon_model* model, size_t index, 
                                                     std::to_string(entries.size()) + " entries");
     if (key) *key = entries[index].first.c_str();
     if (value) *value = entries[index].second.c_str();
+  });
+}
+
+photon_status photon_model_tokenizer_model(const photon_model* model, void* buffer, size_t capacity,
+                                           size_t* size) {
+  return guard([&] {
+    require(model, "photon_model_tokenizer_model", "model is NULL");
+    require(size, "photon_model_tokenizer_model", "size is NULL");
+    const std::string& bytes = model->model->file().tokenizer_model();
+    *size = bytes.size();
+    copy_out("photon_model_tokenizer_model", bytes.data(), bytes.size(), static_cast<char*>(buffer),
+             capacity);
   });
 }
 

@@ -1,5 +1,6 @@
 #include "engine/decode.h"
 
+#include <cmath>
 #include <string>
 
 #include "engine/weights.h"
@@ -141,6 +142,14 @@ void sample_lanes(const std::vector<Task*>& sampling, std::vector<std::vector<La
   std::vector<int32_t> sampled(n_lanes);
   std::vector<float> logprobs(n_lanes);
   b.sample(logits, requests, sampled.data(), logprobs.data());
+  // A token's logprob is its logit minus the log-sum-exp of the whole row, so a NaN or +infinity
+  // anywhere in the row (or a row of -infinity) makes it NaN: one check per lane covers its row.
+  for (size_t i = 0; i < n_lanes; ++i)
+    if (!std::isfinite(logprobs[i]))
+      fail(PHOTON_ERR_NOT_FINITE,
+           "the logits of position " + std::to_string(requests[i].position) +
+               " are not finite: the model's weights hold a NaN or an infinity (which "
+               "photon_load_options_set_verify finds) or its activations overflow");
 
   std::vector<std::vector<int32_t>> tokens(sampling.size());
   size_t r = 0;

@@ -326,19 +326,46 @@ TINY_CONFIG = {
 }
 
 
-def npy_bytes(raw, shape):
-    """A float32 little-endian .npy file holding `raw` (the values' bytes)."""
+def npy_bytes(raw, shape, descr="<f4", fortran=False):
+    """A little-endian .npy file holding `raw` (the values' bytes, in the order `fortran` says)."""
     dims = "(%s)" % ("".join("%d," % d for d in shape) if len(shape) == 1
                      else ", ".join(str(d) for d in shape))
-    header = "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }" % dims
+    header = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (descr, fortran, dims)
     header += " " * (63 - (10 + len(header)) % 64) + "\n"
     return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + raw
 
 
-def write_npz(path, arrays):
+def write_npz(path, arrays, descr="<f4", fortran=()):
+    """arrays: name -> (row-major bytes, shape); the arrays named in `fortran` are stored
+    column-major, as numpy.asfortranarray saves them."""
+    size = int(descr[2:])
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
         for name, (raw, shape) in arrays.items():
-            archive.writestr(name + ".npy", npy_bytes(raw, shape))
+            if name in fortran and len(shape) == 2:
+                rows, cols = shape
+                raw = b"".join(raw[(r * cols + c) * size:(r * cols + c + 1) * size]
+                               for c in range(cols) for r in range(rows))
+            archive.writestr(name + ".npy", npy_bytes(raw, shape, descr, name in fortran))
+
+
+def model_arrays(path):
+    """A model file's tensors as they are stored: name -> (bytes, shape), and their dtypes."""
+    info = inspect_json(path)
+    arrays, dtypes = {}, set()
+    with open(path, "rb") as f:
+        for tensor in info["file"]["tensors"]:
+            f.seek(tensor["offset"])
+            arrays[tensor["name"]] = (f.read(tensor["bytes"]), tensor["shape"])
+            dtypes.add(tensor["dtype"])
+    return arrays, dtypes
+
+
+def patch_float(path, info, tensor_name, element, value):
+    """Overwrites one f32 element of a model file's tensor in place."""
+    tensor = next(t for t in info["file"]["tensors"] if t["name"] == tensor_name)
+    with open(path, "r+b") as f:
+        f.seek(tensor["offset"] + 4 * element)
+        f.write(struct.pack("<f", value))
 
 
 def score(path, tokens):
@@ -402,6 +429,59 @@ def group_convert():
     expect_failure(photon("convert", "--config", config, "--weights", weights, "-o", bad), 1,
                    "convert", "enc.2.chunker.proj.bias")
     check(not os.path.exists(bad), "a failed convert leaves no file")
+
+    # Arrays saved in Fortran (column-major) order are reordered, not refused.
+    matrices = [name for name, (_, shape) in arrays.items() if len(shape) == 2]
+    write_npz(weights, arrays, fortran=matrices)
+    columns = os.path.join(WORK, "tiny-fortran.photon")
+    expect_ok(photon("convert", "--config", config, "--weights", weights, "-o", columns))
+    check(score(columns, tokens) == original,
+          "a model converted from Fortran-order arrays scores as the original")
+
+    # Non-finite weights, and weights that overflow the storage type, are refused by name.
+    nan_head = dict(arrays)
+    raw, shape = arrays["lm_head"]
+    nan_head["lm_head"] = (raw[:4 * 21] + struct.pack("<f", float("nan")) + raw[4 * 22:], shape)
+    write_npz(weights, nan_head)
+    expect_failure(photon("convert", "--config", config, "--weights", weights, "-o", bad), 1,
+                   "convert", "tensor 'lm_head' holds nan at [%d, %d] (element 21)"
+                   % (21 // shape[1], 21 % shape[1]))
+    big = dict(arrays)
+    raw, shape = arrays["tok_emb_enc"]
+    big["tok_emb_enc"] = (struct.pack("<f", 1e6) + raw[4:], shape)
+    write_npz(weights, big)
+    failed = photon("convert", "--config", config, "--weights", weights, "--dtype", "f16",
+                    "-o", bad)
+    expect_failure(failed, 1, "convert", "PHOTON_ERR_NOT_FINITE")
+    check("'tok_emb_enc' holds 1e+06 at [0, 0]" in failed.err and "overflows f16" in failed.err,
+          "the overflow names the tensor, the element and the type: " + failed.err)
+    check(not os.path.exists(bad), "a refused convert leaves no file")
+    expect_ok(photon("convert", "--config", config, "--weights", weights, "--dtype", "bf16",
+                     "-o", bad))
+    os.remove(bad)
+
+    # A file made by other means: --verify reads every weight; the engine refuses a NaN logit.
+    hand_made = os.path.join(WORK, "tiny-nan.photon")
+    with open(converted, "rb") as f, open(hand_made, "wb") as g:
+        g.write(f.read())
+    patch_float(hand_made, again, "lm_head", 5, float("nan"))
+    expect_ok(photon("inspect", hand_made))
+    expect_failure(photon("inspect", hand_made, "--verify"), 1, "inspect",
+                   "tensor 'lm_head' holds nan at [0, 5] (element 5)")
+    verified = photon("inspect", converted, "--verify", "--json")
+    check(verified.rc == 0 and json.loads(verified.out).get("verified") is True,
+          "--verify passes a converted model\n" + verified.describe())
+    human = photon("inspect", converted, "--verify")
+    check(human.rc == 0 and "verified" in human.out, "--verify says so\n" + human.describe())
+    # Every logit depends on every row of lm_head through the softmax: any position fails.
+    for mode in ("hiergen", "recgen"):
+        expect_failure(photon("generate", "-m", hand_made, "--tokens", "1,2,3", "-n", 4,
+                              "--mode", mode, "--json"), 1, "generate", "PHOTON_ERR_NOT_FINITE")
+    expect_failure(photon("score", "-m", hand_made, "--tokens", "1,2,3"), 1, "score",
+                   "PHOTON_ERR_NOT_FINITE")
+    patch_float(hand_made, again, "lm_head", 5, 0.0)
+    expect_failure(photon("inspect", hand_made, "--verify"), 1, "inspect", "PHOTON_ERR_CORRUPT")
+
     extra = dict(arrays)
     extra["surplus"] = (b"\0" * 16, [4])
     write_npz(weights, extra)
@@ -412,7 +492,7 @@ def group_convert():
                               entry, "-o", bad), 2, "convert", "--meta")
     expect_failure(photon("convert", "--config", config, "--weights", weights, "--tokenizer",
                           os.path.join(WORK, "no-such.model"), "-o", bad), 1, "convert")
-    for path in [source, converted, half, weights]:
+    for path in [source, converted, half, weights, columns, hand_made]:
         os.remove(path)
 
 
