@@ -4,7 +4,7 @@
 usage: test_cli.py --photon BIN --work-dir DIR GROUP
 
 GROUP is `setup` (writes the models the other groups use) or one of usage, errors, inspect,
-convert, score, windows, generate, interrupt, resume, bench, device. Standard library only. Prints "N passed,
+convert, tokenizer, score, windows, generate, interrupt, resume, bench, device. Standard library only. Prints "N passed,
 N failed" and exits non-zero when a check failed.
 """
 
@@ -496,6 +496,65 @@ def group_convert():
         os.remove(path)
 
 
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHIPPED = os.path.join(SOURCE, "models", "photon-kjv.photon")
+SHIPPED_TOKENIZER = os.path.join(SOURCE, "models", "tokenizer.model")
+
+
+def group_tokenizer():
+    """The shipped model's tokenizer: extracted, it equals models/tokenizer.model, and converting
+    the shipped weights with it gives a model that scores exactly as the shipped one; without it
+    the ids change, and replacing the model file says so."""
+    extracted = os.path.join(WORK, "kjv-tokenizer.model")
+    result = photon("inspect", SHIPPED, "--extract-tokenizer", extracted)
+    expect_ok(result)
+    check(result.out == "" and extracted in result.err, "one line on stderr\n" + result.describe())
+    with open(extracted, "rb") as f, open(SHIPPED_TOKENIZER, "rb") as g:
+        check(f.read() == g.read(), "models/tokenizer.model is the shipped model's tokenizer")
+    expect_failure(photon("inspect", SHIPPED, "--extract-tokenizer",
+                          os.path.join(WORK, "no-such-dir", "t.model")), 1, "inspect",
+                   "no-such-dir")
+
+    # The shipped weights as an npz (f16, as stored) with the configuration.
+    info = inspect_json(SHIPPED)
+    arrays, dtypes = model_arrays(SHIPPED)
+    check(dtypes == {"f16"}, "the shipped model is f16: %s" % dtypes)
+    weights = os.path.join(WORK, "kjv.npz")
+    write_npz(weights, arrays, descr="<f2")
+    config = os.path.join(WORK, "kjv.json")
+    with open(config, "w") as f:
+        json.dump(info["config"], f)
+    text = os.path.join(WORK, "kjv.txt")
+    with open(text, "w") as f:
+        f.write("In the beginning God created the heaven and the earth. And the earth was "
+                "without form, and void; and darkness was upon the face of the deep.\n")
+    shipped = json.loads(photon("score", "-m", SHIPPED, "-f", text, "--json").out)
+
+    copy = os.path.join(WORK, "kjv.photon")
+    expect_ok(photon("convert", "--config", config, "--weights", weights, "--dtype", "f16",
+                     "--tokenizer", extracted, "-o", copy))
+    again = json.loads(photon("score", "-m", copy, "-f", text, "--json").out)
+    check(again["tokens"] == shipped["tokens"] and again["logprobs"] == shipped["logprobs"],
+          "re-converted with the extracted tokenizer, the shipped weights score as shipped "
+          "(perplexity %s, shipped %s)" % (again["perplexity"], shipped["perplexity"]))
+
+    # The built-in tokenizer gives other ids: the replaced file's tokenizer differed, so a
+    # warning says so (the conversion itself succeeds: the ids are the caller's business).
+    replaced = photon("convert", "--config", config, "--weights", weights, "--dtype", "f16",
+                      "-o", copy)
+    expect_ok(replaced)
+    check("warning" in replaced.err and "another tokenizer" in replaced.err,
+          "replacing a model made with another tokenizer warns\n" + replaced.describe())
+    wrong = json.loads(photon("score", "-m", copy, "-f", text, "--json").out)
+    check(wrong["tokens"] != shipped["tokens"], "the built-in tokenizer's ids differ")
+    same = photon("convert", "--config", config, "--weights", weights, "--dtype", "f16",
+                  "-o", copy)
+    check(same.rc == 0 and "warning" not in same.err,
+          "replacing a model made with the same tokenizer does not warn\n" + same.describe())
+    for path in [extracted, weights, copy]:
+        os.remove(path)
+
+
 def group_score():
     m = model("photon-small")
     info = inspect_json(m)
@@ -879,7 +938,7 @@ GROUPS = {
     "device": group_device,
     "resume": group_resume,
     "setup": group_setup, "usage": group_usage, "errors": group_errors,
-    "windows": group_windows,
+    "tokenizer": group_tokenizer, "windows": group_windows,
     "inspect": group_inspect, "convert": group_convert, "score": group_score,
     "generate": group_generate, "interrupt": group_interrupt,
 }
