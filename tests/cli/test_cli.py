@@ -697,6 +697,21 @@ def group_generate():
     text, out = generate("-p", "Hello world", "-n", 6)
     check(text.startswith("Hello world"), "-p echoes the prompt: %r" % text)
     check(out.get("prompt_tokens", 0) >= 2, "the prompt gets BOS")
+    check(text == "Hello world" + out.get("text", "?"),
+          "the JSON's text is the generated text: %r, %r" % (text, out.get("text")))
+    piped = photon("generate", "-m", m, "-p", "-", "-n", 6, "--json", stdin=b"Hello world")
+    check(piped.rc == 0 and split_generate(piped) == (text, out),
+          "-p - reads the prompt from stdin\n" + piped.describe())
+
+    # stdout and stderr into one file: the completion's newline comes before the summary.
+    proc = subprocess.run([PHOTON, "generate", "-m", m, "--tokens", "1,2,3", "-n", "4",
+                           "--ignore-eos"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          env=clean_env())
+    combined = proc.stdout.decode("utf-8", "replace")
+    start = combined.rfind("photon generate: ")
+    check(proc.returncode == 0 and start > 0 and combined[start - 1] == "\n" and
+          combined.endswith("\n") and "\n" not in combined[start:-1],
+          "the summary is a line of its own after the text: %r" % combined)
 
     _, out = generate("--tokens", "1,2,3", "-n", 50, "--ctx", 8, "--ignore-eos")
     check(out.get("stop_reason") == "context_full" and len(out.get("tokens", [])) == 5,
