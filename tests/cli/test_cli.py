@@ -930,13 +930,13 @@ def group_device():
     if cuda.rc == 0:
         check(split_generate(cuda)[1].get("device", "").startswith("cuda:"), "runs on a GPU")
     else:
-        named = [w for w in ("no CUDA build", "no CUDA runtime", "no CUDA driver",
+        named = [w for w in ("no CUDA module", "no CUDA runtime", "no CUDA driver",
                              "no CUDA device") if w in cuda.err]
         expect_failure(cuda, 1, "generate", "PHOTON_ERR_DEVICE")
         check(len(named) == 1, "the message names what is missing: " + cuda.err)
     missing = photon("score", "-m", m, "--tokens", "1,2,3", "--device", "cuda",
                      env=clean_env(PHOTON_CUDA_MODULE="/nonexistent/libphoton-cuda.so"))
-    expect_failure(missing, 1, "score", "no CUDA build")
+    expect_failure(missing, 1, "score", "no CUDA module")
     expect_failure(photon("generate", "-m", m, *prompt, "--device", "gpu"), 2, "generate",
                    "--device")
     expect_failure(photon("score", "-m", m, "--tokens", "1,2", "--device", "cuda:x"), 2, "score",
