@@ -477,6 +477,17 @@ PHOTON_API photon_status photon_session_options_set_repetition_penalty(
 /* Non-zero: do not stop at the end-of-sequence token (it is sampled like any other). */
 PHOTON_API photon_status photon_session_options_set_ignore_eos(photon_session_options *options,
                                                                int ignore_eos);
+/* Non-zero: generation goes on past a full context (default 0: it stops there with
+ * PHOTON_STOP_CONTEXT_FULL). When the session holds as many tokens as its context length, it keeps
+ * the last half of them, context_length / 2 tokens (rounded down), and prefills them again: from
+ * then on it is exactly a new session of the same settings that was prefilled with those tokens
+ * (caches rebuilt from them, the same draws at the same positions), and photon_session_position
+ * and photon_session_tokens count from that tail. Text delivered before the shift still counts
+ * for stop strings. Each shift costs a prefill of half the context, and the caches exist twice
+ * while it runs. A context of 1 token cannot shift and stops. The setting is not part of a saved
+ * state: a restored session has it off until photon_session_set_sampler turns it on. */
+PHOTON_API photon_status photon_session_options_set_context_shift(photon_session_options *options,
+                                                                  int context_shift);
 /* Adds a stop string (UTF-8, non-empty): generation stops once the generated text contains it. The
  * token that completes it is still delivered. */
 PHOTON_API photon_status photon_session_options_add_stop_string(photon_session_options *options,
@@ -565,7 +576,8 @@ typedef int (*photon_token_callback)(void *user_data, int32_t token, const char 
 /* Generates up to max_tokens tokens after the session's current history, calling callback (may be
  * NULL) for each. Stops at the budget, at EOS (unless ignored; EOS is then not delivered and not
  * added to the history), at a stop string, when the callback returns non-zero, on
- * photon_session_cancel, or when the context is full; photon_session_stop_reason says which. Every
+ * photon_session_cancel, or when the context is full (unless the session shifts its context:
+ * photon_session_options_set_context_shift); photon_session_stop_reason says which. Every
  * delivered token is part of the history, so a later call continues from it. *n_generated (may be
  * NULL) receives the number of tokens delivered. The session must hold at least one token. A
  * cancelled call returns PHOTON_OK with stop reason PHOTON_STOP_CANCELLED. */
@@ -597,15 +609,15 @@ PHOTON_API photon_status photon_session_tokens(const photon_session *session, in
 PHOTON_API photon_status photon_session_kv_bytes(const photon_session *session, int32_t level,
                                                  uint64_t *encoder_bytes, uint64_t *window_bytes);
 
-/* Creates options holding the session's current settings (mode, context length, kv type and
- * sampler), so a caller can change some of them and apply the result with
+/* Creates options holding the session's current settings (mode, context length, kv type, sampler
+ * and context shift), so a caller can change some of them and apply the result with
  * photon_session_set_sampler. */
 PHOTON_API photon_status photon_session_get_options(const photon_session *session,
                                                     photon_session_options **out);
 
 /* Replaces the session's sampler settings (temperature, top-k/p, min-p, repetition penalty, seed,
- * ignore-EOS, stop strings) with those of options; mode and context length are not changed. Used
- * to override the settings of a restored session. */
+ * ignore-EOS, stop strings) and its context shift with those of options; mode, context length and
+ * kv type are not changed. Used to override the settings of a restored session. */
 PHOTON_API photon_status photon_session_set_sampler(photon_session *session,
                                                     const photon_session_options *options);
 

@@ -35,6 +35,7 @@ struct photon_session_options {
   int32_t context_length = 0;
   photon::DType kv_type = photon::DType::F32;
   photon::SamplerConfig sampler;
+  bool context_shift = false;
 };
 
 struct photon_score_options {

@@ -104,6 +104,9 @@ void apply_flags(const Args& args, photon_session_options* o) {
   if (args.has("ignore-eos")) {
     check_setting(photon_session_options_set_ignore_eos(o, 1), "--ignore-eos");
   }
+  if (args.has("context-shift")) {
+    check_setting(photon_session_options_set_context_shift(o, 1), "--context-shift");
+  }
   for (const std::string& stop : args.values("stop")) {
     check_setting(photon_session_options_add_stop_string(o, stop.c_str()), "--stop");
   }
@@ -169,7 +172,7 @@ int run_generate(const std::vector<std::string>& argv) {
              {"save-session"},   {"resume"},
              {"threads"},        {"ignore-eos", 0, false},
              {"device"},         {"kv-type"},
-             {"json", 0, false}},
+             {"json", 0, false}, {"context-shift", 0, false}},
             0);
   args.parse(argv);
   const bool resume = args.has("resume");
@@ -322,6 +325,9 @@ const Command kGenerateCommand = {
     "  --kv-type T          storage of the KV caches: f32 (default, exact), bf16 or f16 (half\n"
     "                       the memory; keys and values rounded once when stored)\n"
     "  --ignore-eos         keep generating past the end-of-sequence token\n"
+    "  --context-shift      keep generating past a full context: keep the last half of the\n"
+    "                       tokens, prefill them again and go on (as a new session prompted\n"
+    "                       with them would)\n"
     "  --device DEV         cpu (default), cuda, cuda:N (GPU N) or auto (a GPU when one is\n"
     "                       usable, else the CPU); on a GPU, bf16 weights and the whole --ctx\n"
     "                       in device memory\n"

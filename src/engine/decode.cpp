@@ -36,6 +36,14 @@ int32_t last_text_token(const Tokenizer& tok, const std::vector<int32_t>& histor
   return -1;
 }
 
+// A session whose history fills its context goes on after a context shift, when it has one
+// (Session::shift_context); the task's limit moves down with the positions. False: it stops.
+bool shift_context(Task& t) {
+  if (!t.session->context_shift || t.session->context < 2) return false;
+  t.limit -= t.session->shift_context();
+  return true;
+}
+
 // Stop rules that need no sampling; returns true when the task is finished.
 bool finished_before_sampling(Task& t) {
   if (t.reason != PHOTON_STOP_NONE) return true;
@@ -46,7 +54,7 @@ bool finished_before_sampling(Task& t) {
     return true;
   else if (t.session->cancel_requested.load(std::memory_order_relaxed))
     t.reason = PHOTON_STOP_CANCELLED;
-  else if (next >= t.session->context)
+  else if (next >= t.session->context && !shift_context(t))
     t.reason = PHOTON_STOP_CONTEXT_FULL;
   return t.reason != PHOTON_STOP_NONE;
 }

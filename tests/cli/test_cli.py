@@ -727,6 +727,23 @@ def group_generate():
         check(stopped.get("tokens") == out["tokens"][:len(stopped.get("tokens", []))],
               "a stopped completion is a prefix of the full one")
 
+    # --context-shift: past a full --ctx, as a run prompted with the last half of the history.
+    sampling = ["--ignore-eos", "--temperature", 0.9, "--seed", 3, "--ctx", 16]
+    _, shifted = generate("--tokens", "1,2,3", "-n", 30, "--context-shift", *sampling)
+    expected, logprobs, prompt = [], [], [1, 2, 3]
+    while len(expected) < 30:
+        _, part = generate("--tokens", ",".join(map(str, prompt)), "-n", 30 - len(expected),
+                           *sampling)
+        expected += part.get("tokens", [])
+        logprobs += part.get("logprobs", [])
+        if part.get("stop_reason") != "context_full":
+            break
+        prompt = (prompt + part["tokens"])[-8:]
+    check(len(expected) == 30 and shifted.get("tokens") == expected and
+          shifted.get("logprobs") == logprobs and shifted.get("stop_reason") == "length",
+          "--context-shift equals prompting anew with the last half: %s vs %s" % (shifted,
+                                                                                  expected))
+
     human = photon("generate", "-m", m, "--tokens", "1,2,3", "-n", 4, "--ignore-eos")
     expect_ok(human)
     check(human.out.endswith("\n") and "stop_reason" not in human.out, "no JSON without --json")
