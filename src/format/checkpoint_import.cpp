@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <optional>
 #include <set>
 #include <vector>

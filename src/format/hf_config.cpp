@@ -2,7 +2,7 @@
 
 #include <cmath>
 #include <limits>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <utility>
 
 #include "core/error.h"

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <set>
 
 #include "core/error.h"
