@@ -44,7 +44,8 @@ PHOTON_PYTHON_GETTER(photon_binding::Session, is_closed)
 %ignore photon_binding::Model::Model(const std::string &, const std::string &);
 %ignore photon_binding::Model::Model(const std::string &, int);
 %ignore photon_binding::Model::Model(const std::string &, const std::string &, int);
-%feature("shadow") photon_binding::Model::Model(const std::string &, const std::string &, int, bool) %{
+%feature("shadow")
+photon_binding::Model::Model(const std::string &, const std::string &, int, bool) %{
     def __init__(self, path, device="cpu", threads=0, verify=False):
         """Loads and verifies a .photon file (str, bytes or os.PathLike), to run on device:
         "cpu" (the default), "cuda", "cuda:N" or "auto" (a GPU when one is usable); threads: the
