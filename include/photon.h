@@ -184,14 +184,12 @@ PHOTON_API photon_status photon_load_options_set_device(photon_load_options *opt
  * calling thread included (default 0: every core the process may run on; more than that counts as
  * that). A call computes on its own thread and takes up to threads - 1 idle helpers from one pool
  * the SDK starts on first need (cores - 1 threads, asleep when idle); with 1 it starts none. Every
- * parallel part of the computation honours it, the BLAS library included: the SDK runs OpenBLAS
- * single-threaded (on the first model load it sets OpenBLAS to one thread for the whole process)
- * and splits the work itself. Each call counts the limit on its own: several threads that each use
- * a model (or different models) at once use up to threads each, so an application that drives its
- * sessions from N threads of its own gives 1 to use N cores without oversubscribing. A model's
- * results (tokens, log-probabilities, saved states) are the same for every thread count.
- * OMP_NUM_THREADS and OPENBLAS_NUM_THREADS do not apply. Fails with PHOTON_ERR_INVALID_ARGUMENT for
- * a negative count. */
+ * parallel part of the computation honours it. Each call counts the limit on its own: several
+ * threads that each use a model (or different models) at once use up to threads each, so an
+ * application that drives its sessions from N threads of its own gives 1 to use N cores without
+ * oversubscribing. A model's results (tokens, log-probabilities, saved states) are the same for
+ * every thread count. OMP_NUM_THREADS does not apply. Fails with PHOTON_ERR_INVALID_ARGUMENT for a
+ * negative count. */
 PHOTON_API photon_status photon_load_options_set_threads(photon_load_options *options,
                                                          int32_t threads);
 
