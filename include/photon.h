@@ -767,12 +767,15 @@ PHOTON_API photon_status photon_session_restore_file(const photon_model *model, 
  *      photon_request_next_token, and each request stops on its own rules (those of
  *      photon_session_generate, with its max_tokens).
  *
- * Memory. A request's session holds KV caches sized to the positions it has used, grown in steps
- * as it generates (never beyond its context length). With a memory budget, the sum over running
- * requests stays within it: when a running request must grow and the budget is full, the newest
- * running request is paused (its session saved to host memory as photon_session_save would, and
- * its caches freed) until room returns; a paused request resumes exactly where it stopped. A
- * request that alone exceeds the budget fails with PHOTON_ERR_OUT_OF_MEMORY.
+ * Memory. The sessions the engine creates (from a prompt or a saved state) hold KV caches sized
+ * to the positions they have used, grown in steps (at least doubling) as they go, never beyond
+ * their context length; a session the application lends keeps its whole context, as created.
+ * With a memory budget, the running requests' sessions stay within it, as photon_model_memory
+ * counts them between steps: before a step, the cache growth the step needs is counted, and while
+ * it does not fit, the newest running request is paused (its session saved to host memory as
+ * photon_session_save would, outside the budget, and its caches freed). Paused requests resume,
+ * oldest first, when their memory fits again, exactly where they stopped. A request that alone
+ * exceeds the budget fails with PHOTON_ERR_OUT_OF_MEMORY.
  *
  * Errors. A request whose step fails (an allocation, its session, a device error) ends with
  * PHOTON_STOP_ERROR and a status and message (photon_request_status, photon_request_error); the
@@ -805,7 +808,8 @@ PHOTON_API photon_status photon_engine_options_set_max_running(photon_engine_opt
 PHOTON_API photon_status photon_engine_options_set_max_waiting(photon_engine_options *options,
                                                                int32_t max_waiting);
 /* The most bytes the running requests' sessions may hold (their caches and states, as
- * photon_model_memory counts them); 0 (the default) for no limit. */
+ * photon_model_memory counts them; a step's own workspaces come and go within the step and are
+ * not counted); 0 (the default) for no limit. */
 PHOTON_API photon_status photon_engine_options_set_memory_budget(photon_engine_options *options,
                                                                  uint64_t bytes);
 /* The most prompt tokens a step consumes, >= 1 (chunked prefill): smaller keeps the running

@@ -173,6 +173,7 @@ photon_status photon_session_create(const photon_model* model,
     handle->owner = model;
     handle->session =
         photon::Session::create(*model->model, s.mode, s.context, s.sampler, s.kv_type);
+    handle->session->reserve_context();
     handle->session->context_shift = s.context_shift;
     *out = handle.release();
   });

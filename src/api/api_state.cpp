@@ -22,6 +22,7 @@ photon_session* restore_blob(const photon_model* model, std::span<const uint8_t>
   auto handle = std::make_unique<photon_session>();
   handle->owner = model;
   handle->session = photon::restore_session(*model->model, blob);
+  handle->session->reserve_context();
   return handle.release();
 }
 

@@ -1,18 +1,28 @@
-// Key/value cache of one transformer stack for one sequence: K and V [layers * capacity, kv_dim]
-// in backend memory, allocated once at its full capacity (never per token) and not written until
-// used, so a long context costs nothing until it is filled. Stored in f32 (exact), or in bf16 or
-// f16 (the session's kv type: half the memory, each key and value rounded once when appended).
+// Key/value cache of one transformer stack for one sequence: K and V [layers * allocated, kv_dim]
+// in backend memory. It holds up to `capacity` positions (the session's context at its level) but
+// allocates room for fewer and grows in steps as positions are appended (reserve(): at least
+// double, never per token), so that a session's memory follows its length, which the serving
+// engine's memory budget counts. Growing copies the filled positions unchanged, so results never
+// depend on the allocation. Stored in f32 (exact), or in bf16 or f16 (the session's kv type: half
+// the memory, each key and value rounded once when appended).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 
 namespace photon {
 
 struct KvCache {
+  // Positions allocated when a cache is made, unless its capacity is smaller.
+  static constexpr int kFirstPositions = 64;
+
   int layers = 0;
-  int capacity = 0;
+  int capacity = 0;   // the most positions it may hold
+  int allocated = 0;  // positions its buffers hold now, <= capacity
   int kv_dim = 0;
   int len = 0;  // positions filled; positions >= len are never read
   DType dtype = DType::F32;
@@ -24,21 +34,62 @@ struct KvCache {
     kv_dim = dim;
     len = 0;
     dtype = type;
+    allocated = 0;
     k = {};
     v = {};
-    const int64_t rows = static_cast<int64_t>(n_layers) * n_capacity;
-    k = new_matrix(backend, rows, dim, "KV cache keys", type);
-    v = new_matrix(backend, rows, dim, "KV cache values", type);
+    grow_to(backend, std::min(capacity, kFirstPositions));
   }
-  // One layer's [capacity, kv_dim] keys or values.
+  // Makes room for `positions` (<= capacity) positions, keeping the filled ones.
+  void reserve(Backend& backend, int positions) {
+    if (positions > allocated) grow_to(backend, grown_size(positions));
+  }
+  // Bytes reserve(positions) would allocate (the old buffers live until the new ones are
+  // filled), 0 when the cache has room.
+  uint64_t growth_bytes(int positions) const {
+    if (positions <= allocated) return 0;
+    return bytes_for(grown_size(std::min(positions, capacity)));
+  }
+  // Bytes of the buffers (K and V) as allocated now.
+  uint64_t allocated_bytes() const { return bytes_for(allocated); }
+  // One layer's [allocated, kv_dim] keys or values.
   Tensor k_layer(int layer) const {
-    return k.slice(static_cast<int64_t>(layer) * capacity, capacity);
+    return k.slice(static_cast<int64_t>(layer) * allocated, allocated);
   }
   Tensor v_layer(int layer) const {
-    return v.slice(static_cast<int64_t>(layer) * capacity, capacity);
+    return v.slice(static_cast<int64_t>(layer) * allocated, allocated);
   }
   // Bytes of the positions in use (K and V), as reported by photon_session_kv_bytes.
   uint64_t bytes_in_use() const { return uint64_t{2} * layers * len * kv_dim * dtype_size(dtype); }
+
+ private:
+  void grow_to(Backend& backend, int grown) {
+    if (len == 0) {  // nothing to keep: the old buffers go first
+      k = {};
+      v = {};
+    }
+    const int64_t rows = static_cast<int64_t>(layers) * grown;
+    Matrix new_k = new_matrix(backend, rows, kv_dim, "KV cache keys", dtype);
+    Matrix new_v = new_matrix(backend, rows, kv_dim, "KV cache values", dtype);
+    if (len > 0) {
+      std::vector<RowCopy> copies;
+      copies.reserve(2 * static_cast<size_t>(layers));
+      for (int layer = 0; layer < layers; ++layer) {
+        const int64_t first = static_cast<int64_t>(layer) * grown;
+        copies.push_back({new_k.slice(first, len), k_layer(layer).slice(0, len)});
+        copies.push_back({new_v.slice(first, len), v_layer(layer).slice(0, len)});
+      }
+      backend.copy_rows(copies);
+    }
+    k = std::move(new_k);
+    v = std::move(new_v);
+    allocated = grown;
+  }
+  int grown_size(int positions) const {
+    return std::min(capacity, std::max({positions, 2 * allocated, kFirstPositions}));
+  }
+  uint64_t bytes_for(int positions) const {
+    return uint64_t{2} * layers * static_cast<uint64_t>(positions) * kv_dim * dtype_size(dtype);
+  }
 };
 
 }  // namespace photon

@@ -1,5 +1,6 @@
 #include "engine/session.h"
 
+#include <algorithm>
 #include <string>
 
 namespace photon {
@@ -29,6 +30,49 @@ std::unique_ptr<Session> Session::create(const Model& model, Mode mode, int cont
   s->runner = make_runner(mode, model);
   s->runner->init(*s);
   return s;
+}
+
+namespace {
+
+// Calls fn(cache, tokens per position) for each cache of the session that grows with its length.
+template <typename S, typename Fn>
+void visit_growing_caches(S& s, Fn&& fn) {
+  const ModelConfig& c = s.model.config();
+  if (auto* vanilla = std::get_if<VanillaState>(&s.state)) {
+    fn(vanilla->cache, int64_t{1});
+  } else if (auto* hier = std::get_if<HierGenState>(&s.state)) {
+    for (int l = 1; l <= c.num_levels(); ++l) fn(hier->level(l).encoder, c.block_tokens(l));
+  } else if (auto* rec = std::get_if<RecGenState>(&s.state)) {
+    fn(rec->top, c.block_tokens(c.num_levels()));
+  }
+}
+
+}  // namespace
+
+void Session::reserve_context() {
+  whole_context = true;
+  visit_growing_caches(*this, [&](KvCache& cache, int64_t) {
+    cache.reserve(model.backend(), cache.capacity);
+  });
+}
+
+uint64_t Session::cache_bytes() const {
+  uint64_t bytes = 0;
+  visit_growing_caches(*this, [&](const KvCache& cache, int64_t) {
+    bytes += cache.allocated_bytes();
+  });
+  return bytes;
+}
+
+uint64_t Session::growth_bytes(int64_t more_tokens) const {
+  const int64_t tokens = static_cast<int64_t>(history.size()) + more_tokens;
+  uint64_t bytes = 0;
+  // One position more than the complete units: a unit's position is appended when it opens.
+  visit_growing_caches(*this, [&](const KvCache& cache, int64_t per_position) {
+    const int64_t positions = std::min<int64_t>(cache.capacity, tokens / per_position + 1);
+    bytes += cache.growth_bytes(static_cast<int>(positions));
+  });
+  return bytes;
 }
 
 void Session::check_cancel() const {
@@ -100,6 +144,7 @@ int64_t Session::shift_context() {
     fail(PHOTON_ERR_INTERNAL, "shift_context: nothing to drop from a history of " +
                                   std::to_string(history.size()) + " tokens");
   std::unique_ptr<Session> fresh = create(model, mode, context, sampler, kv_type);
+  if (whole_context) fresh->reserve_context();
   fresh->prefill(std::span<const int32_t>(history).last(keep), "the context shift");
   const int64_t dropped = static_cast<int64_t>(history.size() - keep);
   stream.ahead.clear();

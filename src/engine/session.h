@@ -44,6 +44,7 @@ struct Session {
   SamplerConfig sampler;
   // photon_session_options_set_context_shift: a full context keeps its last half and goes on.
   bool context_shift = false;
+  bool whole_context = false;  // reserve_context() was called: the caches never grow
   Stream stream;
   std::atomic<bool> cancel_requested{false};
 
@@ -78,6 +79,17 @@ struct Session {
   int64_t shift_context();
   // photon_session_kv_bytes.
   KvBytes kv_bytes(int level, std::string_view who) const;
+
+  // The caches that grow with the session's length (the stack's, the encoders', RecGen's top
+  // level) start small and grow as positions are appended (KvCache::reserve). A session of the
+  // C API holds its whole context from its creation (reserve_context()), as photon.h promises;
+  // the serving engine's sessions grow, so that its memory budget follows their lengths.
+  void reserve_context();
+  // Bytes the growing caches' buffers hold now.
+  uint64_t cache_bytes() const;
+  // Bytes the growing caches would allocate to consume `more_tokens` further tokens (the old
+  // buffers live until the new ones are filled); 0 when they have room.
+  uint64_t growth_bytes(int64_t more_tokens) const;
 
  private:
   Session(const Model& m, Mode md, int ctx, const SamplerConfig& s, DType kv)

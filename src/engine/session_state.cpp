@@ -142,6 +142,7 @@ void StateReader::cache(const fb::Cache* in, KvCache& c, int64_t expected_len,
   expect(expected_len < 0 || in->len() == expected_len,
          what + " holds " + std::to_string(in->len()) + " positions, expected " +
              std::to_string(expected_len));
+  c.reserve(backend_, in->len());
   const size_t row = static_cast<size_t>(in->len()) * c.kv_dim;
   const size_t n = row * c.layers;
   // The cache was allocated in the state's kv type: its stored bits go back unchanged.

@@ -14,6 +14,7 @@ void stack_forward(const StackWeights& w, float norm_eps, float rope_theta, cons
     if (seg.cache->len + seg.rows > seg.cache->capacity)
       fail(PHOTON_ERR_INTERNAL, "stack_forward: a KV cache of capacity " +
                                     std::to_string(seg.cache->capacity) + " would overflow");
+    seg.cache->reserve(b, seg.cache->len + seg.rows);
     n += seg.rows;
   }
   if (n == 0) return;

@@ -63,6 +63,7 @@ std::shared_ptr<Request> Engine::submit(RequestSpec spec) {
                               " requests wait already (max_waiting); submit again later");
   }
   auto request = std::make_shared<Request>(std::move(spec));
+  request->seq = next_seq_++;
   waiting_.push_back(request);
   ++counter(counters_, EngineStat::Submitted);
   work_.notify_all();
@@ -145,7 +146,9 @@ int32_t Engine::run_step() {
   const int64_t generated_before = static_cast<int64_t>(stat(EngineStat::GeneratedTokens));
   end_cancelled();
   admit();
-  prefill_prompts();
+  std::vector<int64_t> plan = plan_step();
+  make_room(plan);
+  prefill_prompts(plan);
   decode();
   retire();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -202,8 +205,10 @@ bool Engine::admit_one(Request& r) {
   const bool lent = spec.session != nullptr;
   std::unique_ptr<Session> session;
   try {
-    if (paused)
+    if (paused) {
       session = restore_session(model_, r.saved);
+      if (r.resume_whole_context) session->reserve_context();
+    }
     else if (lent)
       session = std::move(spec.session);
     else if (!spec.state.empty())
@@ -246,6 +251,7 @@ bool Engine::admit_one(Request& r) {
   if (!paused && (lent || !spec.state.empty()))
     r.count_reused(static_cast<int64_t>(session->history.size()));
   r.saved.clear();
+  r.fixed_bytes = r.bytes - std::min(r.bytes, session->cache_bytes());
   r.session = std::move(session);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -287,21 +293,86 @@ void Engine::admit() {
   }
 }
 
-void Engine::prefill_prompts() {
+std::vector<int64_t> Engine::plan_step() const {
+  std::vector<int64_t> plan(running_.size(), 0);
+  int64_t budget = options_.step_tokens;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Request& r = *running_[i];
+    if (r.state() != RequestState::Running) continue;
+    const int64_t left = static_cast<int64_t>(r.spec().prompt.size() - r.prompt_done);
+    const int64_t chunk = std::min(budget, left);
+    budget -= chunk;
+    // A prompt read to its end decodes in the same step.
+    plan[i] = chunk + (chunk == left ? 1 : 0);
+  }
+  return plan;
+}
+
+void Engine::make_room(std::vector<int64_t>& plan) {
+  if (options_.memory_budget == 0) return;
+  for (;;) {
+    uint64_t need = 0;
+    Request* newest = nullptr;
+    size_t running = 0;
+    for (size_t i = 0; i < running_.size(); ++i) {
+      Request* r = running_[i].get();
+      if (r->state() != RequestState::Running) continue;
+      need += r->session->growth_bytes(plan[i]);
+      ++running;
+      if (!newest || r->seq > newest->seq) newest = r;
+    }
+    if (memory_in_use_ + need <= options_.memory_budget) return;
+    // The step does not fit: the newest running request (the last submitted) waits, saved.
+    if (running == 1) {
+      fail_request(*newest, PHOTON_ERR_OUT_OF_MEMORY,
+                   "photon_engine: the request needs " + std::to_string(newest->bytes + need) +
+                       " bytes to go on, more than the engine's memory budget of " +
+                       std::to_string(options_.memory_budget));
+      return;
+    }
+    pause(*newest);
+    plan = plan_step();
+  }
+}
+
+void Engine::pause(Request& r) {
+  try {
+    r.saved = save_session(*r.session, kWho);
+  } catch (const Error& e) {
+    fail_request(r, e.status(), e.what());
+    return;
+  } catch (const std::bad_alloc&) {
+    fail_request(r, PHOTON_ERR_OUT_OF_MEMORY, "photon_engine: out of memory pausing a request");
+    return;
+  }
+  r.resume_whole_context = r.session->whole_context;
+  r.session.reset();
+  r.set_state(RequestState::Paused);
+  std::lock_guard<std::mutex> lock(mutex_);
+  memory_in_use_ -= r.bytes;
+  ++counter(counters_, EngineStat::Pauses);
+  const auto it = std::find_if(running_.begin(), running_.end(),
+                               [&](const auto& p) { return p.get() == &r; });
+  // Paused requests resume oldest first.
+  const auto at = std::find_if(paused_.begin(), paused_.end(),
+                               [&](const auto& p) { return p->seq > r.seq; });
+  paused_.insert(at, *it);
+  running_.erase(it);
+}
+
+void Engine::prefill_prompts(const std::vector<int64_t>& plan) {
   std::vector<Request*> group;
   std::vector<Session*> sessions;
   std::vector<std::span<const int32_t>> slices;
-  size_t budget = static_cast<size_t>(options_.step_tokens);
-  for (auto& r : running_) {
-    if (budget == 0) break;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Request* r = running_[i].get();
     if (r->state() != RequestState::Running) continue;
     const std::vector<int32_t>& prompt = r->spec().prompt;
-    const size_t n = std::min(budget, prompt.size() - r->prompt_done);
+    const size_t n = std::min(static_cast<size_t>(plan[i]), prompt.size() - r->prompt_done);
     if (n == 0) continue;
-    group.push_back(r.get());
+    group.push_back(r);
     sessions.push_back(r->session.get());
     slices.push_back(std::span<const int32_t>(prompt).subspan(r->prompt_done, n));
-    budget -= n;
   }
   if (group.empty()) return;
   try {
@@ -379,6 +450,13 @@ void Engine::retire() {
   });
   for (auto it = gone; it != running_.end(); ++it) memory_in_use_ -= (*it)->bytes;
   running_.erase(gone, running_.end());
+  // The running sessions' caches grew in the step.
+  for (auto& r : running_) {
+    const uint64_t bytes = r->fixed_bytes + r->session->cache_bytes();
+    memory_in_use_ += bytes - r->bytes;
+    r->bytes = bytes;
+  }
+  memory_peak_ = std::max(memory_peak_, memory_in_use_);
 }
 
 double Engine::stat(EngineStat s) const {

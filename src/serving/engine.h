@@ -74,7 +74,14 @@ class Engine {
   void end_cancelled();
   void admit();
   bool admit_one(Request& r);
-  void prefill_prompts();
+  // Tokens each running request consumes in the step (its next prompt chunk, within step_tokens
+  // in admission order, and a decoded token), by index in running_.
+  std::vector<int64_t> plan_step() const;
+  // Pauses the newest running requests until the step's cache growth fits the memory budget (a
+  // request alone that does not fit fails); the plan follows.
+  void make_room(std::vector<int64_t>& plan);
+  void pause(Request& r);
+  void prefill_prompts(const std::vector<int64_t>& plan);
   void decode();
   void retire();
   void fail_request(Request& r, photon_status status, const std::string& message);
@@ -98,6 +105,7 @@ class Engine {
   bool stop_drains_ = false;
   std::thread worker_;
   double counters_[static_cast<int>(EngineStat::Count)] = {};
+  uint64_t next_seq_ = 0;
   uint64_t memory_in_use_ = 0;
   uint64_t memory_peak_ = 0;
   std::deque<std::pair<Clock::time_point, int64_t>> recent_tokens_;  // per step, last 10 s

@@ -5,6 +5,7 @@
 // statistics and threading rules as photon.h states them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -348,6 +349,64 @@ TEST_P(EngineRequests, ALiveSessionIsTakenOverAndGivenBack) {
 std::string ModelName(const ::testing::TestParamInfo<int>& param) {
   return param.param == 0 ? "vanilla" : "photon_L" + std::to_string(param.param);
 }
+
+// Sessions that outgrow their first caches, under a budget of half what they hold together at
+// their largest: the newest are paused (saved) and resumed, each ends with the tokens it has
+// alone, and the model's memory counter never shows more than the budget between steps.
+TEST_P(EngineRequests, PausedAndResumedUnderATightBudgetEqualEachAlone) {
+  constexpr int kRequests = 8;
+  const auto long_ask = [&](int i) {
+    Ask a = ask(i);
+    a.max_tokens = 180 + 23 * i;  // past the first 64 positions of every growing cache
+    return a;
+  };
+  // The peak of the same requests without a budget.
+  photon_engine* free_engine = make_engine(model_);
+  std::vector<photon_request*> requests;
+  for (int i = 0; i < kRequests; ++i) requests.push_back(submit(free_engine, long_ask(i), nullptr));
+  run_to_end(free_engine);
+  const double peak = engine_stat(free_engine, PHOTON_ENGINE_MEMORY_PEAK);
+  EXPECT_EQ(engine_stat(free_engine, PHOTON_ENGINE_PAUSES), 0);
+  for (photon_request* r : requests) photon_request_free(r);
+  requests.clear();
+  photon_engine_free(free_engine);
+
+  const uint64_t budget = static_cast<uint64_t>(peak / 2);
+  photon_engine* engine = make_engine(model_, 64, 1024, budget, 64);
+  const uint64_t idle = memory_in_use(model_);
+  std::vector<Generated> got(kRequests);
+  for (int i = 0; i < kRequests; ++i)
+    requests.push_back(submit(engine, long_ask(i), &got[static_cast<size_t>(i)]));
+  int32_t left = kRequests;
+  double most_paused = 0;
+  for (int step = 0; left > 0; ++step) {
+    ASSERT_LT(step, 20000);
+    ASSERT_EQ(photon_engine_step(engine, &left), PHOTON_OK) << photon_last_error();
+    ASSERT_LE(memory_in_use(model_), idle + budget)
+        << "after step " << step << " engine " << engine_stat(engine, PHOTON_ENGINE_MEMORY_IN_USE)
+        << " running " << engine_stat(engine, PHOTON_ENGINE_RUNNING);
+    ASSERT_LE(engine_stat(engine, PHOTON_ENGINE_MEMORY_IN_USE), static_cast<double>(budget));
+    most_paused = std::max(most_paused, engine_stat(engine, PHOTON_ENGINE_PAUSED));
+  }
+  EXPECT_GT(engine_stat(engine, PHOTON_ENGINE_PAUSES), 0) << "the budget paused nothing";
+  EXPECT_GT(most_paused, 0);
+  double pauses = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    const photon_request* r = requests[static_cast<size_t>(i)];
+    photon_stop_reason reason = PHOTON_STOP_NONE;
+    const Generated expected = alone(model_, long_ask(i), &reason);
+    EXPECT_EQ(got[static_cast<size_t>(i)].tokens, expected.tokens);
+    EXPECT_EQ(got[static_cast<size_t>(i)].logprobs, expected.logprobs);
+    EXPECT_EQ(photon_request_stop_reason(r), reason);
+    pauses += request_stat(r, PHOTON_REQUEST_PAUSES);
+  }
+  EXPECT_EQ(pauses, engine_stat(engine, PHOTON_ENGINE_PAUSES));
+  for (photon_request* r : requests) photon_request_free(r);
+  photon_engine_free(engine);
+  EXPECT_EQ(memory_in_use(model_), idle);
+}
+
 
 INSTANTIATE_TEST_SUITE_P(Models, EngineRequests, ::testing::Values(0, 1, 2, 3), ModelName);
 
