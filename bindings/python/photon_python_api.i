@@ -90,6 +90,7 @@ class StopReason(_enum.IntEnum):
     CALLBACK = 4
     CANCELLED = 5
     CONTEXT_FULL = 6
+    ERROR = 7
 
 
 class Token(_NamedTuple):
