@@ -2,6 +2,7 @@
 // binding tests (see tests/bindings/python/binding_test.py):
 //
 //	binding-test test MODEL WORKDIR | memory MODEL | save MODEL STATE OUT | restore MODEL STATE OUT
+//	| engine MODEL | engine-memory MODEL (engine.go)
 package main
 
 import (
@@ -522,6 +523,26 @@ func main() {
 		}
 	case "memory":
 		testMemory(modelPath)
+	case "engine":
+		model := must(photon.Load(modelPath))
+		defer model.Close()
+		for _, test := range []struct {
+			name string
+			run  func()
+		}{
+			{"testEngineStreams", func() { testEngineStreams(model) }},
+			{"testEngineStepped", func() { testEngineStepped(model) }},
+			{"testEngineCancel", func() { testEngineCancel(model) }},
+			{"testEngineCallbacks", func() { testEngineCallbacks(model) }},
+			{"testEngineErrors", func() { testEngineErrors(model) }},
+			{"testEngineContinue", func() { testEngineContinue(model) }},
+			{"testEngineOwnership", func() { testEngineOwnership(modelPath) }},
+		} {
+			test.run()
+			fmt.Println("ok", test.name)
+		}
+	case "engine-memory":
+		testEngineMemory(modelPath)
 	case "save":
 		model := must(photon.Load(modelPath))
 		defer model.Close()
