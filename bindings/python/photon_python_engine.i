@@ -124,13 +124,16 @@ def _timeout_ms(timeout):
     return min(max(0, _math.ceil(float(timeout) * 1000)), 2**31 - 1)
 
 
-# Engines whose worker was started: stopped (cancelling their requests) when the interpreter exits,
-# before it can no longer run their token callbacks.
+# When the interpreter exits, before it can no longer run token callbacks, the requests that have
+# one are closed (cancelled) and the engines whose worker was started are stopped.
 _started_engines = _weakref.WeakSet()
+_callback_requests = _weakref.WeakSet()
 
 
 @_atexit.register
-def _stop_started_engines():
+def _stop_engines():
+    for request in list(_callback_requests):
+        request.close()
     for engine in list(_started_engines):
         if not engine.closed:
             try:
@@ -195,6 +198,7 @@ def _stop_started_engines():
         listener.__disown__()  # the request owns it from here
         request = self._submit_with(request_options, listener)
         request._listener = listener
+        _callback_requests.add(request)
         return request
 
     def stats(self):

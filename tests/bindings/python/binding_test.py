@@ -17,6 +17,7 @@ import gc
 import inspect
 import os
 import pathlib
+import subprocess
 import sys
 import threading
 import time
@@ -774,6 +775,34 @@ def test_engine_ownership(model_path):
     check(closed.wait(ENGINE_WAIT_S) and holder[0].closed, "the last request closed itself")
 
 
+EXIT_WITH_A_RUNNING_ENGINE = """
+import sys, time, photon
+model = photon.Model(sys.argv[1])
+engine = photon.Engine(model)
+engine.start()
+seen = []
+endless = photon.SessionOptions().set_ignore_eos(True)
+# A slow callback: the worker is in it, or waits for the interpreter lock, when the exit comes.
+request = engine.submit("In the beginning", options=endless,
+                        on_token=lambda token: (seen.append(token), time.sleep(0.002)))
+pulled = engine.submit("In the beginning", options=endless)
+if sys.argv[2] == "closed":
+    engine.close()  # only the requests hold the engine now
+while len(seen) < 2:
+    time.sleep(0.005)
+"""
+
+
+def test_engine_exit(model_path):
+    """An interpreter that exits while an engine's worker runs callbacks (its handle open, or
+    closed and held by requests) exits cleanly: the callbacks end before it finalizes."""
+    for handle in ("open", "closed"):
+        result = subprocess.run([sys.executable, "-c", EXIT_WITH_A_RUNNING_ENGINE, model_path,
+                                 handle], capture_output=True, text=True, timeout=ENGINE_WAIT_S)
+        check(result.returncode == 0, f"exit with a running engine ({handle} handle): "
+              f"{result.returncode} {result.stderr}")
+
+
 def churn_engine(model_path, iteration, close):
     """A model with an engine and two requests (pulled, pushed) run to the end (every tenth by its
     worker), one continued from a state, one session taken back."""
@@ -866,6 +895,8 @@ def main(argv):
                 print(f"ok {test.__name__}")
         test_engine_ownership(model_path)
         print("ok test_engine_ownership")
+        test_engine_exit(model_path)
+        print("ok test_engine_exit")
     elif mode == "engine-memory":
         test_engine_memory(model_path)
     elif mode == "save":
