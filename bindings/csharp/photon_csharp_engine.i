@@ -52,6 +52,10 @@
 /* The pull primitives, the listener form of Submit and the error parts are reached through the C#
  * API below. */
 %rename(WaitFor) photon_binding::Request::wait;
+%rename(StartWorker) photon_binding::Engine::start;
+%rename(SubmitPulled) photon_binding::Engine::submit(const RequestOptions &);
+%csmethodmodifiers photon_binding::Engine::start "internal";
+%csmethodmodifiers photon_binding::Engine::submit(const RequestOptions &) "internal";
 %rename(SetSessionHandle) photon_binding::RequestOptions::set_session;
 PHOTON_CSHARP_GETTER(photon_binding::Request, state, State)
 PHOTON_CSHARP_GETTER(photon_binding::Request, stop_reason, StopReason)
@@ -81,6 +85,16 @@ PHOTON_CSHARP_GETTER(photon_binding::Request, stop_reason, StopReason)
 %}
 
 %typemap(cscode) photon_binding::Engine %{
+  /// <summary>Starts the engine's worker thread, which runs steps while there is work.</summary>
+  public void Start() {
+    StartWorker();
+    EngineShutdown.Track(this);
+  }
+
+  /// <summary>Submits a request whose tokens are pulled with Request.Tokens. Throws
+  /// BusyException when MaxWaiting requests wait.</summary>
+  public Request Submit(RequestOptions options) => EngineShutdown.Track(SubmitPulled(options));
+
   /// <summary>Submits a request whose tokens go to onToken, on the thread that runs the engine's
   /// steps; returning false stops this request only. An exception onToken throws stops the request
   /// and is rethrown by Request.Wait. Throws BusyException when MaxWaiting requests
@@ -90,7 +104,7 @@ PHOTON_CSHARP_GETTER(photon_binding::Request, stop_reason, StopReason)
     var bridge = new Request.Bridge(onToken);
     Request request = Submit(options, (TokenListener)bridge);
     request.bridge = bridge;
-    return request;
+    return EngineShutdown.Track(request);
   }
 %}
 

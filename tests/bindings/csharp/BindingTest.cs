@@ -4,8 +4,10 @@
 //                   | restore MODEL STATE OUT | engine MODEL | engine-memory MODEL
 using System;
 using System.Collections.Generic;
+using System.Diagnostics;
 using System.IO;
 using System.Linq;
+using System.Reflection;
 using System.Text;
 using System.Threading;
 using Photon;
@@ -679,6 +681,51 @@ static class BindingTest {
     }  // the engine (and its worker) goes now
   }
 
+  // Leaves a started engine running a slow callback (its handle open, or closed and held by the
+  // requests) and a pulled request while the program ends: returning from Main or
+  // Environment.Exit.
+  static void ExitWithARunningEngine(string modelPath, string handle, string how) {
+    var model = new Model(modelPath);
+    var engine = new Engine(model);
+    engine.Start();
+    var seen = new CountdownEvent(2);
+    var endless = new RequestOptions().SetPromptText(Prompt).SetOptions(Greedy());
+    engine.Submit(endless, token => {
+      if (!seen.IsSet) seen.Signal();
+      Thread.Sleep(2);  // the worker is in the callback, or about to be, when the exit comes
+      return true;
+    });
+    engine.Submit(endless);
+    if (handle == "closed") engine.Dispose();
+    seen.Wait();
+    if (how == "exit") Environment.Exit(0);
+  }
+
+  // A program that ends while an engine's worker runs callbacks exits cleanly and promptly.
+  static void TestEngineExit(string modelPath) {
+    string mono = Process.GetCurrentProcess().MainModule.FileName;
+    string self = Assembly.GetExecutingAssembly().Location;
+    foreach (string handle in new[] { "open", "closed" }) {
+      foreach (string how in new[] { "return", "exit" }) {
+        var start = new ProcessStartInfo(mono, $"--debug \"{self}\" engine-exit \"{modelPath}\" "
+                                                   + $"{handle} {how}") {
+          UseShellExecute = false, RedirectStandardError = true
+        };
+        using (Process child = Process.Start(start)) {
+          var error = child.StandardError.ReadToEndAsync();
+          bool ended = child.WaitForExit((int)EngineWait.TotalMilliseconds);
+          if (!ended) {
+            child.Kill();
+            child.WaitForExit();
+          }
+          Check(ended && child.ExitCode == 0,
+                $"exit with a running engine ({handle} handle, {how}): "
+                    + (ended ? child.ExitCode.ToString() : "hung") + " " + error.Result);
+        }
+      }
+    }
+  }
+
   // A model with an engine and two requests (pulled, pushed) run to the end (every tenth by its
   // worker), one continued from a state, one session taken back.
   static void ChurnEngine(string modelPath, int iteration, bool dispose) {
@@ -784,6 +831,11 @@ static class BindingTest {
         }
         TestEngineOwnership(modelPath);
         Console.WriteLine("ok TestEngineOwnership");
+        TestEngineExit(modelPath);
+        Console.WriteLine("ok TestEngineExit");
+        break;
+      case "engine-exit":
+        ExitWithARunningEngine(modelPath, args[2], args[3]);
         break;
       case "engine-memory":
         TestEngineMemory(modelPath);
