@@ -2,9 +2,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
 	"reflect"
 	"runtime"
 	"strings"
@@ -387,6 +390,52 @@ func testEngineOwnership(modelPath string) {
 	check(reflect.DeepEqual(must(pulled(request)), expected),
 		"the request outlives its engine handle")
 	request.Close() // the engine (and its worker) goes now
+}
+
+// exitWithARunningEngine leaves a started engine running a slow callback (its handle open, or
+// closed and held by the requests) and a pulled request while the program ends: returning from
+// main, or os.Exit.
+func exitWithARunningEngine(modelPath, handle, how string) {
+	model := must(photon.Load(modelPath))
+	engine := must(model.NewEngine(nil))
+	check(engine.Start() == nil, "start")
+	seen := make(chan struct{}, 2)
+	endless := photon.RequestOptions{PromptText: prompt, Options: &greedy}
+	endless.OnToken = func(photon.Token) error {
+		select {
+		case seen <- struct{}{}:
+		default:
+		}
+		time.Sleep(2 * time.Millisecond) // the worker is in the callback, or about to be, at exit
+		return nil
+	}
+	must(engine.Submit(endless))
+	endless.OnToken = nil
+	must(engine.Submit(endless))
+	if handle == "closed" {
+		engine.Close()
+	}
+	<-seen
+	<-seen
+	if how == "exit" {
+		os.Exit(0)
+	}
+}
+
+// testEngineExit: a program that ends while an engine's worker runs callbacks exits cleanly and
+// promptly.
+func testEngineExit(modelPath string) {
+	self := must(os.Executable())
+	for _, handle := range []string{"open", "closed"} {
+		for _, how := range []string{"return", "exit"} {
+			ctx, cancel := context.WithTimeout(context.Background(), engineWait)
+			output, err := exec.CommandContext(ctx, self, "engine-exit", modelPath, handle,
+				how).CombinedOutput()
+			cancel()
+			check(err == nil, "exit with a running engine (%s handle, %s): %v %s", handle, how,
+				err, output)
+		}
+	}
 }
 
 // churnEngine runs a model with an engine and two requests (pulled, pushed) to the end (every

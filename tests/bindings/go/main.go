@@ -2,7 +2,7 @@
 // binding tests (see tests/bindings/python/binding_test.py):
 //
 //	binding-test test MODEL WORKDIR | memory MODEL | save MODEL STATE OUT | restore MODEL STATE OUT
-//	| engine MODEL | engine-memory MODEL (engine.go)
+//	| engine MODEL | engine-memory MODEL | engine-exit MODEL open|closed return|exit (engine.go)
 package main
 
 import (
@@ -537,12 +537,15 @@ func main() {
 			{"testEngineErrors", func() { testEngineErrors(model) }},
 			{"testEngineContinue", func() { testEngineContinue(model) }},
 			{"testEngineOwnership", func() { testEngineOwnership(modelPath) }},
+			{"testEngineExit", func() { testEngineExit(modelPath) }},
 		} {
 			test.run()
 			fmt.Println("ok", test.name)
 		}
 	case "engine-memory":
 		testEngineMemory(modelPath)
+	case "engine-exit":
+		exitWithARunningEngine(modelPath, os.Args[3], os.Args[4])
 	case "save":
 		model := must(photon.Load(modelPath))
 		defer model.Close()

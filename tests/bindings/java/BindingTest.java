@@ -27,6 +27,7 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Collections;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
 
 public final class BindingTest {
@@ -752,6 +753,50 @@ public final class BindingTest {
     } // the engine (and its worker) goes now
   }
 
+  // Leaves a started engine running a slow callback (its handle open, or closed and held by the
+  // requests) and a pulled request while the program ends: returning from main or System.exit.
+  static void exitWithARunningEngine(String modelPath, String handle, String how)
+      throws InterruptedException {
+    Model model = new Model(modelPath);
+    Engine engine = new Engine(model);
+    engine.start();
+    CountDownLatch seen = new CountDownLatch(2);
+    RequestOptions endless = new RequestOptions().setPromptText(PROMPT).setOptions(greedy());
+    engine.submit(endless, token -> {
+      seen.countDown();
+      try {
+        Thread.sleep(2);  // the worker is in the callback, or about to be, when the exit comes
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
+      return true;
+    });
+    engine.submit(endless);
+    if (handle.equals("closed")) engine.close();
+    seen.await();
+    if (how.equals("exit")) System.exit(0);
+  }
+
+  // A program that ends while an engine's worker runs callbacks exits cleanly and promptly.
+  static void testEngineExit(String modelPath) throws IOException, InterruptedException {
+    String java = ProcessHandle.current().info().command().orElseThrow();
+    String classPath = System.getProperty("java.class.path");
+    for (String handle : List.of("open", "closed")) {
+      for (String how : List.of("return", "exit")) {
+        Process child = new ProcessBuilder(java, "-cp", classPath, "BindingTest", "engine-exit",
+                                           modelPath, handle, how)
+                            .redirectErrorStream(true)
+                            .start();
+        boolean ended = child.waitFor(ENGINE_WAIT.toSeconds(), TimeUnit.SECONDS);
+        if (!ended) child.destroyForcibly().waitFor();
+        String output = new String(child.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        check(ended && child.exitValue() == 0,
+              "exit with a running engine (" + handle + " handle, " + how + "): "
+                  + (ended ? child.exitValue() : "hung") + " " + output);
+      }
+    }
+  }
+
   // A model with an engine and two requests (pulled, pushed) run to the end (every tenth by its
   // worker), one continued from a state, one session taken back.
   static void churnEngine(String modelPath, int iteration, boolean close) {
@@ -871,7 +916,10 @@ public final class BindingTest {
         }
         testEngineOwnership(modelPath);
         System.out.println("ok testEngineOwnership");
+        testEngineExit(modelPath);
+        System.out.println("ok testEngineExit");
       }
+      case "engine-exit" -> exitWithARunningEngine(modelPath, args[2], args[3]);
       case "engine-memory" -> testEngineMemory(modelPath);
       case "save" -> {
         try (Model model = new Model(modelPath); Session session = prompted(model)) {
