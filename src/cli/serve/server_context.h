@@ -1,0 +1,72 @@
+// What a generation request needs from the server: the model and its engine, the settings that
+// apply to every request, the tracker, the conversation store and the metrics. Network thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "photon.h"
+#include "serve/chat_template.h"
+#include "serve/conversation_store.h"
+#include "serve/generation.h"
+#include "serve/metrics.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace photon::serve {
+
+// The loaded model and what the server derived from it and from its flags.
+struct ServedModel {
+  photon_model* model = nullptr;
+  photon_engine* engine = nullptr;
+  std::string name;  // the id clients give as "model"
+  ChatTemplate chat;
+  int32_t vocab_size = 0;
+  int32_t context = 0;            // of each session: --ctx, else the model's
+  int32_t max_prompt_tokens = 0;  // --max-prompt-tokens, else the context
+  int32_t max_tokens = 0;         // --max-tokens, else the context
+  photon_mode mode = PHOTON_MODE_AUTO;
+  photon_dtype kv_type = PHOTON_DTYPE_F32;
+};
+
+// Runs blocking store calls on a thread of their own, one at a time, and their continuations back
+// on the network thread.
+class StoreRunner {
+ public:
+  StoreRunner(boost::asio::io_context& io);
+  ~StoreRunner();  // waits for the call in progress
+  StoreRunner(const StoreRunner&) = delete;
+  StoreRunner& operator=(const StoreRunner&) = delete;
+
+  void run(std::function<void()> blocking, std::function<void()> then);
+  // Calls whose continuation has not run yet.
+  size_t in_flight() const { return in_flight_; }
+
+ private:
+  struct Pool;
+  boost::asio::io_context& io_;
+  std::unique_ptr<Pool> pool_;
+  size_t in_flight_ = 0;
+};
+
+struct ServerContext {
+  boost::asio::io_context& io;
+  ServedModel model;
+  GenerationTracker* tracker = nullptr;
+  Metrics metrics;
+  ConversationStore* store = nullptr;  // null without --store
+  StoreRunner* store_runner = nullptr;
+  bool log_requests = true;
+  bool stopping = false;
+  std::mt19937_64 random{std::random_device{}()};
+
+  // A fresh 64-bit value as 16 hex digits (ids of requests and completions).
+  std::string fresh_id();
+};
+
+}  // namespace photon::serve
