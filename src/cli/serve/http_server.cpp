@@ -106,7 +106,10 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(tcp::socket socket, std::shared_ptr<HttpServer::Impl> server)
-      : stream_(std::move(socket)), server_(std::move(server)), ping_(stream_.get_executor()) {
+      : stream_(std::move(socket)),
+        server_(std::move(server)),
+        ping_(stream_.get_executor()),
+        read_deadline_(stream_.get_executor()) {
     server_->connections.insert(this);
   }
   ~Connection() { server_->connections.erase(this); }
@@ -204,7 +207,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_->body_limit(server_->options.max_body_bytes);
     parser_->header_limit(server_->options.max_header_bytes);
     reading_idle_ = true;
-    stream_.expires_after(server_->options.header_timeout);
+    stream_.expires_never();
+    arm_read_deadline(server_->options.header_timeout);
     http::async_read_header(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
@@ -213,6 +217,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_header(beast::error_code ec) {
     reading_idle_ = false;
     if (ec) return read_failed(ec);
+    ++read_serial_;  // the header's deadline is over; the body's follows
     const auto& request = parser_->get();
     http11_ = request.version() >= 11;
     keep_alive_ = request.keep_alive();
@@ -228,7 +233,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       beast::error_code ignored;
       net::write(stream_.socket(), net::buffer(kContinue, sizeof kContinue - 1), ignored);
     }
-    stream_.expires_after(server_->options.body_timeout);
+    arm_read_deadline(server_->options.body_timeout);
     http::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code e, size_t) { self->on_body(e); });
@@ -236,7 +241,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void on_body(beast::error_code ec) {
     if (ec) return read_failed(ec);
-    stream_.expires_never();
+    read_deadline_.cancel();
     http::request<http::string_body> message = parser_->release();
     parser_.reset();
     HttpRequest request;
@@ -255,8 +260,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   std::shared_ptr<Exchange> make_exchange();
 
+  // A read's deadline of its own (not tcp_stream's, which closes the socket when it expires):
+  // a request that stalls half-way still gets its 408.
+  void arm_read_deadline(std::chrono::milliseconds timeout) {
+    read_timed_out_ = false;
+    read_deadline_.expires_after(timeout);
+    read_deadline_.async_wait(
+        [self = shared_from_this(), serial = ++read_serial_](beast::error_code ec) {
+          if (ec || serial != self->read_serial_ || self->closed_) return;
+          self->read_timed_out_ = true;
+          beast::error_code ignored;
+          self->stream_.socket().cancel(ignored);
+        });
+  }
+
   void read_failed(beast::error_code ec) {
-    if (ec == beast::error::timeout) {
+    ++read_serial_;  // the deadline no longer applies
+    read_deadline_.cancel();
+    if (read_timed_out_) {
+      read_timed_out_ = false;
       if (parser_ && parser_->got_some())
         return reject(408,
                       "the request did not arrive within the server's read timeout (" +
@@ -392,6 +414,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (closed_) return;
     closed_ = true;
     ping_.cancel();
+    read_deadline_.cancel();
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.close();
@@ -420,6 +443,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::shared_ptr<HttpServer::Impl> server_;
   net::steady_timer ping_;
+  net::steady_timer read_deadline_;
+  uint64_t read_serial_ = 0;
+  bool read_timed_out_ = false;
 
   bool reading_idle_ = false;  // waiting for a request's header (shut_down closes these)
   bool keep_alive_ = false;
