@@ -4,7 +4,7 @@
 usage: test_serve.py --photon BIN --work-dir DIR ... GROUP
 
 GROUP is `setup` (writes the models the other groups use), one of usage, api, errors, busy,
-equality, conversation, disconnect, shutdown, soak, or node_setup / openai_node (the official
+many, equality, conversation, disconnect, shutdown, soak, or node_setup / openai_node (the official
 `openai` npm client). Every group starts its own servers on port 0 (loopback only) and stops them
 with SIGTERM at its end; every wait is bounded. Replies are compared with `photon generate`, run
 on the same model (one session per prompt; resumed with --resume for conversations). Standard
@@ -739,6 +739,26 @@ def group_equality():
                   and out["text"] == cut_at_stop(ref_text, [TRANSCRIPT_STOP]), "chat %r" % q)
 
 
+def group_many():
+    """256 streaming connections at once on the shipped model: 64 generate, the others wait in
+    the engine's queue with their streams open (pinged); every stream ends with the text
+    photon generate gives its prompt."""
+    prompts = ["In the beginning", "And God said", "The LORD is my shepherd", "And it came to pass"]
+    refs = [generate(KJV, "-p", p, "-n", 24, "--ignore-eos") for p in prompts]
+    with start(KJV, "--max-running", 64, "--max-waiting", 256, "--quiet") as s:
+        began = time.time()
+        results = concurrent([(lambda i=i: completion(s, prompts[i % 4], 24, stream=True, ignore_eos=True))
+                              for i in range(256)])
+        took = time.time() - began
+        good = sum(isinstance(out, dict) and out["tokens"] == refs[i % 4][1]["tokens"]
+                   and out["text"] == refs[i % 4][0] for i, out in enumerate(results))
+        print("256 concurrent streams of 24 tokens in %.1f s" % took)
+        check(good == 256, "256 concurrent streams each equal generate's: %d did" % good)
+        values = s.metrics()
+        check(values.get("photon_engine_requests_finished_total") == 256
+              and values.get("photon_engine_requests_refused_total") == 0, "all 256 ran")
+
+
 class Reference:
     """One long session through photon generate: --save-session after each turn, --resume for
     the next, with the same sampling flags."""
@@ -1129,7 +1149,7 @@ def group_openai_node():
 
 GROUPS = {
     "setup": group_setup, "usage": group_usage, "api": group_api, "errors": group_errors,
-    "busy": group_busy, "equality": group_equality, "conversation": group_conversation,
+    "busy": group_busy, "many": group_many, "equality": group_equality, "conversation": group_conversation,
     "disconnect": group_disconnect, "shutdown": group_shutdown, "soak": group_soak,
     "node_setup": group_node_setup, "openai_node": group_openai_node,
 }
