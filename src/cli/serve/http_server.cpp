@@ -531,7 +531,8 @@ uint16_t HttpServer::listen(const std::string& host, uint16_t port) {
     throw std::runtime_error("cannot resolve --host " + host + ": " + ec.message());
   const tcp::endpoint endpoint = endpoints.begin()->endpoint();
   tcp::acceptor& a = impl_->acceptor;
-  if (!a.open(endpoint.protocol(), ec)) a.set_option(net::socket_base::reuse_address(true), ec);
+  a.open(endpoint.protocol(), ec);
+  if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
   if (!ec) a.bind(endpoint, ec);
   if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
   if (ec) {
