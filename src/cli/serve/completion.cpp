@@ -116,16 +116,8 @@ class Completion final : public GenerationObserver,
     if (reason == PHOTON_STOP_ERROR) {
       const photon_status status = photon_request_status(r);
       const std::string message = photon_request_error(r);
-      if (resumed_ && ids_.empty()) {
-        // The stored state could not be continued (another model, damaged): read it all.
-        try {
-          plan(false);
-          submit();
-        } catch (const ApiError& e) {
-          fail(e);
-        }
-        return;
-      }
+      // The stored state could not be continued (another model, damaged): read it all.
+      if (resumed_ && ids_.empty()) return plan_and_submit(false);
       return fail(engine_error(status, message, prompt_param()));
     }
     if (reason == PHOTON_STOP_CANCELLED)
@@ -189,7 +181,7 @@ class Completion final : public GenerationObserver,
   void load_conversation() {
     auto loaded = std::make_shared<std::optional<Conversation>>();
     ConversationStore* store = ctx_.store;
-    ctx_.store_runner->run(
+    ctx_.offload->run(
         [store, id = *conversation_id_, loaded] {
           try {
             *loaded = store->load(id);
@@ -204,13 +196,27 @@ class Completion final : public GenerationObserver,
         });
   }
 
+  // Tokenizes off the network thread (a long prompt takes a while), then submits on it.
   void plan_and_submit(bool use_conversation) {
-    try {
-      plan(use_conversation);
-      submit();
-    } catch (const ApiError& e) {
-      fail(e);
-    }
+    auto error = std::make_shared<std::optional<ApiError>>();
+    auto self = shared_from_this();
+    ctx_.offload->run(
+        [self, error, use_conversation] {
+          try {
+            self->plan(use_conversation);
+          } catch (const ApiError& e) {
+            *error = e;
+          }
+        },
+        [self, error] {
+          if (self->gone_) return self->done(kClientClosed);
+          if (*error) return self->fail(**error);
+          try {
+            self->submit();
+          } catch (const ApiError& e) {
+            self->fail(e);
+          }
+        });
   }
 
   std::vector<int32_t> tokenize(std::string_view text, bool bos) const {
@@ -337,10 +343,7 @@ class Completion final : public GenerationObserver,
     if (status != PHOTON_OK) {
       const std::string message = photon_last_error();
       generation_.reset();
-      if (resumed_ && status != PHOTON_ERR_BUSY) {
-        plan(false);
-        return submit();
-      }
+      if (resumed_ && status != PHOTON_ERR_BUSY) return plan_and_submit(false);
       throw engine_error(status, message, prompt_param());
     }
     ctx_.tracker->add(generation_);
@@ -462,7 +465,7 @@ class Completion final : public GenerationObserver,
       std::string error;
     };
     auto outcome = std::make_shared<Outcome>();
-    ctx_.store_runner->run(
+    ctx_.offload->run(
         [store = ctx_.store, id = *conversation_id_, generation = generation_, c = std::move(c),
          expected, outcome]() mutable {
           try {

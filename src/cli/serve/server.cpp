@@ -27,19 +27,21 @@ namespace photon::serve {
 
 namespace net = boost::asio;
 
-// ---- StoreRunner, ServerContext ----
+// ---- BlockingRunner, ServerContext ----
 
-struct StoreRunner::Pool {
-  net::thread_pool threads{1};
+struct BlockingRunner::Pool {
+  explicit Pool(int n) : threads(static_cast<size_t>(n)) {}
+  net::thread_pool threads;
 };
 
-StoreRunner::StoreRunner(net::io_context& io) : io_(io), pool_(std::make_unique<Pool>()) {}
+BlockingRunner::BlockingRunner(net::io_context& io, int threads)
+    : io_(io), pool_(std::make_unique<Pool>(threads)) {}
 
-StoreRunner::~StoreRunner() {
+BlockingRunner::~BlockingRunner() {
   pool_->threads.join();
 }
 
-void StoreRunner::run(std::function<void()> blocking, std::function<void()> then) {
+void BlockingRunner::run(std::function<void()> blocking, std::function<void()> then) {
   ++in_flight_;
   net::post(pool_->threads,
             [this, blocking = std::move(blocking), then = std::move(then)]() mutable {
@@ -60,6 +62,8 @@ std::string ServerContext::fresh_id() {
 
 namespace {
 
+// Threads for blocking work: a long prompt being tokenized leaves one for the store.
+constexpr int kBlockingThreads = 2;
 constexpr auto kShutdownTick = std::chrono::milliseconds(50);
 constexpr auto kStopToCancel = std::chrono::seconds(5);  // after the timeout: stop, then cancel
 constexpr auto kCancelToExit = std::chrono::seconds(5);  // after cancelling: give up waiting
@@ -128,8 +132,8 @@ class Server final : public RequestHandler {
       store_ = open_store(options_.store, options_.store_max_bytes);
       ctx_.store = store_.get();
     }
-    store_runner_ = std::make_unique<StoreRunner>(io_);
-    ctx_.store_runner = store_runner_.get();
+    offload_ = std::make_unique<BlockingRunner>(io_, kBlockingThreads);
+    ctx_.offload = offload_.get();
   }
 
   ~Server() override {
@@ -453,7 +457,7 @@ class Server final : public RequestHandler {
   void shutdown_tick() {
     const auto elapsed = SteadyClock::now() - stop_started_;
     const bool idle = !loading_ && (!tracker_ || tracker_->active() == 0) &&
-                      store_runner_->in_flight() == 0 && http_.open_connections() == 0;
+                      offload_->in_flight() == 0 && http_.open_connections() == 0;
     if (idle || elapsed >= options_.shutdown_timeout + kStopToCancel + kCancelToExit) {
       if (!idle) std::fprintf(stderr, "photon serve: requests still under way; exiting anyway\n");
       signals_.cancel();
@@ -491,7 +495,7 @@ class Server final : public RequestHandler {
   net::io_context io_;
   ServerContext ctx_;
   std::unique_ptr<ConversationStore> store_;
-  std::unique_ptr<StoreRunner> store_runner_;
+  std::unique_ptr<BlockingRunner> offload_;
   HttpServer http_;
   std::unique_ptr<GenerationTracker> tracker_;
   net::signal_set signals_;

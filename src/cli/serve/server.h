@@ -2,8 +2,9 @@
 //
 // Threads: the network thread runs the io_context (every connection, every reply, the routes);
 // the engine's worker runs the steps and hands tokens over without waiting for the network
-// (generation.h); one store thread makes the conversation store's blocking calls; the model is
-// loaded on a thread of its own while the server already answers /health with 503.
+// (generation.h); two threads do the blocking work (tokenizing prompts, the conversation store's
+// calls); the model is loaded on a thread of its own while the server already answers /health
+// with 503.
 #pragma once
 
 #include <chrono>

@@ -1,5 +1,6 @@
 // What a generation request needs from the server: the model and its engine, the settings that
-// apply to every request, the tracker, the conversation store and the metrics. Network thread.
+// apply to every request, the tracker, the conversation store, the threads for blocking work and
+// the metrics. Network thread.
 #pragma once
 
 #include <cstdint>
@@ -34,17 +35,19 @@ struct ServedModel {
   photon_dtype kv_type = PHOTON_DTYPE_F32;
 };
 
-// Runs blocking store calls on a thread of their own, one at a time, and their continuations back
-// on the network thread.
-class StoreRunner {
+// Runs blocking work off the network thread (the store's file or network I/O, tokenizing long
+// prompts) on a few threads of its own, and each call's continuation back on the network thread.
+// A blocking function must not hold the last reference to anything the network thread owns: its
+// continuation, which runs later, should hold it too.
+class BlockingRunner {
  public:
-  StoreRunner(boost::asio::io_context& io);
-  ~StoreRunner();  // waits for the call in progress
-  StoreRunner(const StoreRunner&) = delete;
-  StoreRunner& operator=(const StoreRunner&) = delete;
+  BlockingRunner(boost::asio::io_context& io, int threads);
+  ~BlockingRunner();  // waits for the calls under way and queued
+  BlockingRunner(const BlockingRunner&) = delete;
+  BlockingRunner& operator=(const BlockingRunner&) = delete;
 
   void run(std::function<void()> blocking, std::function<void()> then);
-  // Calls whose continuation has not run yet.
+  // Calls whose continuation has not run yet (network thread).
   size_t in_flight() const { return in_flight_; }
 
  private:
@@ -60,7 +63,7 @@ struct ServerContext {
   GenerationTracker* tracker = nullptr;
   Metrics metrics;
   ConversationStore* store = nullptr;  // null without --store
-  StoreRunner* store_runner = nullptr;
+  BlockingRunner* offload = nullptr;
   bool log_requests = true;
   bool stopping = false;
   std::mt19937_64 random{std::random_device{}()};
