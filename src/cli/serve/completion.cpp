@@ -72,6 +72,7 @@ class Completion final : public GenerationObserver,
         request_id_(ctx_.fresh_id()),
         created_(static_cast<int64_t>(std::time(nullptr))),
         text_(std::vector<std::string>{}) {
+    // The client's id when it is as plain as a conversation id (it is echoed in a header).
     if (const std::string* given = http_.header("x-request-id");
         given && valid_conversation_id(*given))
       request_id_ = *given;
@@ -106,7 +107,7 @@ class Completion final : public GenerationObserver,
       }
       if (streaming_) append_token_chunk(out, t, offset, text);
     }
-    if (!out.empty()) exchange_->send(out);
+    if (!out.empty() && exchange_) exchange_->send(out);
   }
 
   void on_finished() override {
