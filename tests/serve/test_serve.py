@@ -91,12 +91,16 @@ def generate(name, *argv):
 
 
 class Server:
-    """photon serve on 127.0.0.1 and a free port, its stderr in WORK/<name>.log."""
+    """photon serve on 127.0.0.1 and a free port, its stderr in a log file of its own (groups run
+    in parallel share WORK)."""
 
-    def __init__(self, name, *flags, log="server", env=None, wait_ready=True):
+    started = 0
+
+    def __init__(self, name, *flags, env=None, wait_ready=True):
         self.name = name
         self.flags = [str(f) for f in flags]
-        self.log_path = os.path.join(WORK, log + ".log")
+        Server.started += 1
+        self.log_path = os.path.join(WORK, "server-%d-%d.log" % (os.getpid(), Server.started))
         self.log = open(self.log_path, "w")
         argv = [PHOTON, "serve", "-m", model(name), "--host", "127.0.0.1", "--port", "0"] + self.flags
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
