@@ -13,21 +13,23 @@
  *
  * Errors
  *   Every fallible call returns a photon_status. On failure, photon_last_error() returns a message
- *   that names the offending input (file, tensor, argument); it stays readable on the calling thread
- *   until that thread's next failing call. No call aborts, exits or lets a C++ exception escape.
- *   Out-parameters are left untouched on failure unless a call says otherwise.
+ *   that names the offending input (file, tensor, argument); it stays readable on the calling
+ *   thread until that thread's next failing call. No call aborts, exits or lets a C++ exception
+ *   escape. Out-parameters are left untouched on failure unless a call says otherwise.
  *
  * Thread safety
- *   A photon_model is immutable after photon_model_load returns: any number of threads may use it at
- *   once (create sessions, tokenize, score). A photon_session must be used by one thread at a time;
- *   different sessions may run on different threads concurrently. The exceptions are documented per
- *   call (photon_session_cancel may be called from any thread). Options objects are not shared.
- *   photon_last_error() is per thread. On a GPU, the work of all threads on one model is issued to
- *   one device stream under a lock: threads are safe, and their steps take turns on the device.
+ *   A photon_model is immutable after photon_model_load returns: any number of threads may use it
+ *   at once (create sessions, tokenize, score). A photon_session must be used by one thread at a
+ *   time; different sessions may run on different threads concurrently. The exceptions are
+ *   documented per call (photon_session_cancel may be called from any thread). Options objects are
+ *   not shared. photon_last_error() is per thread. On a GPU, the work of all threads on one model
+ *   is issued to one device stream under a lock: threads are safe, and their steps take turns on
+ *   the device.
  *
  * Compatibility
  *   The ABI grows only by adding functions and enum values. Settings live in opaque options objects
- *   with setters, so adding a setting never changes the layout of anything a caller compiled against.
+ *   with setters, so adding a setting never changes the layout of anything a caller compiled
+ *   against. The library exports the functions declared here and no other symbol.
  *
  * Example: load a model and stream a completion.
  *
@@ -43,12 +45,12 @@
  *   int main(void) {
  *       photon_model *model = NULL;
  *       photon_session *session = NULL;
- *       int32_t prompt[256];
+ *       int32_t ids[256];
  *       size_t n = 0;
  *       if (photon_model_load("model.photon", NULL, &model) != PHOTON_OK ||
- *           photon_model_tokenize(model, "In the beginning", 16, 1, prompt, 256, &n) != PHOTON_OK ||
+ *           photon_model_tokenize(model, "In the beginning", 16, 1, ids, 256, &n) != PHOTON_OK ||
  *           photon_session_create(model, NULL, &session) != PHOTON_OK ||
- *           photon_session_prefill(session, prompt, n) != PHOTON_OK ||
+ *           photon_session_prefill(session, ids, n) != PHOTON_OK ||
  *           photon_session_generate(session, 64, on_token, NULL, NULL) != PHOTON_OK) {
  *           fprintf(stderr, "photon: %s\n", photon_last_error());
  *       }
@@ -124,6 +126,8 @@ typedef enum photon_status {
   PHOTON_ERR_DEVICE = 24,              /* the compute device failed or is not available */
   PHOTON_ERR_BUSY = 25,                /* an engine's waiting queue is full: submit again later */
   PHOTON_ERR_TIMEOUT = 26,             /* nothing happened within the call's timeout */
+  PHOTON_ERR_NOT_FINITE = 27,          /* a weight or a computed value is NaN or infinite, or a
+                                          weight overflows the storage type it is written in */
   PHOTON_ERR_INTERNAL = 99             /* a bug: please report it with the message */
 } photon_status;
 
@@ -142,8 +146,8 @@ PHOTON_API const char *photon_last_error(void);
 typedef struct photon_model photon_model;
 typedef struct photon_load_options photon_load_options;
 
-/* Called during photon_model_load with a fraction in [0, 1] that never decreases. Return non-zero to
- * cancel the load (photon_model_load then returns PHOTON_ERR_CANCELLED). */
+/* Called during photon_model_load with a fraction in [0, 1] that never decreases. Return non-zero
+ * to cancel the load (photon_model_load then returns PHOTON_ERR_CANCELLED). */
 typedef int (*photon_progress_callback)(void *user_data, float fraction);
 
 /* Creates load options holding the defaults (no progress callback, device "cpu", threads 0). */
@@ -162,45 +166,54 @@ PHOTON_API photon_status photon_load_options_set_progress(photon_load_options *o
  *             (read once per process, to compare kernels or rule one out);
  *   "cuda"    the first CUDA GPU, "cuda:N" GPU number N (compute capability 8.0 or newer);
  *   "auto"    the first CUDA GPU when one can be used, else the CPU.
- * On a GPU the weights are uploaded once, on first use, as bf16 (f16 files keep f16, f32 files are
- * converted), and products accumulate in f32; log-probabilities then differ from the CPU's by up
- * to a few 1e-2, and a greedy token can differ where two candidates are that close. KV caches live
- * in device memory, allocated for each session's whole context when it is created. The CUDA
- * backend is the module libphoton-cuda.so, loaded by photon_model_load when a GPU is asked for
- * (found next to libphoton, or at $PHOTON_CUDA_MODULE); libphoton itself needs no CUDA library.
+ * On a GPU the weight matrices are uploaded once, on first use, as bf16 (f16 files keep f16, f32
+ * files are converted); activations enter each product as two 16-bit terms and products
+ * accumulate in f32. Log-probabilities then differ from the CPU's by up to about 2e-4 on the test
+ * models (the tests allow 5e-2), and a greedy token can differ where two candidates are that close.
+ * KV caches live in device memory, allocated for each session's whole context when it is created.
+ * The CUDA backend is the module libphoton-cuda.so, loaded by photon_model_load when a GPU is asked
+ * for (found next to libphoton, or at $PHOTON_CUDA_MODULE); libphoton itself needs no CUDA library.
  * Any other text fails here with PHOTON_ERR_INVALID_ARGUMENT; whether the device can be had is
- * decided by photon_model_load. Status: the CUDA backend is built and tested against the CPU by
- * tests that need a GPU, and those have not run yet (docs/cuda.md). */
+ * decided by photon_model_load. The GPU tests (every op and whole models against the CPU) passed
+ * on an NVIDIA H200 at commit 01f1e0a; docs/cuda.md lists what changed in the CUDA backend since
+ * and has not yet run on a GPU. */
 PHOTON_API photon_status photon_load_options_set_device(photon_load_options *options,
                                                         const char *device);
 
-/* Sets the most CPU threads one call on the model computes with (a GPU model ignores it), the calling
- * thread included (default
- * 0: every core the process may run on; more than that counts as that). A call computes on its own
- * thread and takes up to threads - 1 idle helpers from one pool the SDK starts on first need (cores
- * - 1 threads, asleep when idle); with 1 it starts none. Every parallel part of the computation
- * honours it, the BLAS library included: the SDK runs OpenBLAS single-threaded (on the first model
- * load it sets OpenBLAS to one thread for the whole process) and splits the work itself. Each call
- * counts the limit on its own: several threads that each use a model (or different models) at once
- * use up to threads each, so an application that drives its sessions from N threads of its own
- * gives 1 to use N cores without oversubscribing. A model's results (tokens, log-probabilities,
- * saved states) are the same for every thread count. OMP_NUM_THREADS and OPENBLAS_NUM_THREADS do not
- * apply. Fails with PHOTON_ERR_INVALID_ARGUMENT for a negative count. */
+/* Sets the most CPU threads one call on the model computes with (a GPU model ignores it), the
+ * calling thread included (default 0: every core the process may run on; more than that counts as
+ * that). A call computes on its own thread and takes up to threads - 1 idle helpers from one pool
+ * the SDK starts on first need (cores - 1 threads, asleep when idle); with 1 it starts none. Every
+ * parallel part of the computation honours it. Each call counts the limit on its own: several
+ * threads that each use a model (or different models) at once use up to threads each, so an
+ * application that drives its sessions from N threads of its own gives 1 to use N cores without
+ * oversubscribing. A model's results (tokens, log-probabilities, saved states) are the same for
+ * every thread count. OMP_NUM_THREADS does not apply. Fails with PHOTON_ERR_INVALID_ARGUMENT for a
+ * negative count. */
 PHOTON_API photon_status photon_load_options_set_threads(photon_load_options *options,
                                                          int32_t threads);
 
-/* Loads and fully verifies a .photon model file: the FlatBuffers header, every size against the real
- * file length, and the tensor set against the configuration (names, shapes, dtypes). Weights are
- * memory-mapped and, on the CPU, used in place in their stored type (f32, f16 or bf16; arithmetic
- * in f32), so a loaded model's memory is about its file size.
- * options may be NULL for the defaults. On success *out owns the model; free it with photon_model_free.
- * Fails with PHOTON_ERR_IO, _BAD_IDENTIFIER, _UNSUPPORTED_VERSION, _TRUNCATED, _CORRUPT,
- * _SIZE_OVERFLOW, _TENSOR_BOUNDS, _TENSOR_SHAPE, _TENSOR_SET, _BAD_CONFIG, _TOKENIZER, _CANCELLED or
- * _OUT_OF_MEMORY, with a message naming the file and, where one is at fault, the tensor. With device
- * "cuda" or "cuda:N" it fails with PHOTON_ERR_DEVICE when the GPU cannot be had, and the message
- * says what is missing: a CUDA build ("no CUDA build": libphoton-cuda.so is not installed), the CUDA
- * libraries the module needs ("no CUDA runtime"), a usable NVIDIA driver ("no CUDA driver") or the
- * device ("no CUDA device"). */
+/* Non-zero: photon_model_load also reads every weight once (default 0: loading maps the weights
+ * and reads only what it needs), and fails with PHOTON_ERR_NOT_FINITE, naming the tensor and the
+ * first element, where a weight is NaN or infinite (files written by photon_model_convert and
+ * photon_model_init_random never hold one; a file made by other means may), and with
+ * PHOTON_ERR_CORRUPT where the data section no longer matches the hash its header recorded when
+ * it was written. The cost is one read of the whole file. */
+PHOTON_API photon_status photon_load_options_set_verify(photon_load_options *options, int verify);
+
+/* Loads and fully verifies a .photon model file: the FlatBuffers header, every size against the
+ * real file length, and the tensor set against the configuration (names, shapes, dtypes). Weights
+ * are memory-mapped and, on the CPU, used in place in their stored type (f32, f16 or bf16;
+ * arithmetic in f32), so a loaded model's memory is about its file size. options may be NULL for
+ * the defaults. On success *out owns the model; free it with photon_model_free. Fails with
+ * PHOTON_ERR_IO, _BAD_IDENTIFIER, _UNSUPPORTED_VERSION, _TRUNCATED, _CORRUPT, _SIZE_OVERFLOW,
+ * _TENSOR_BOUNDS, _TENSOR_SHAPE, _TENSOR_SET, _BAD_CONFIG, _TOKENIZER, _CANCELLED or
+ * _OUT_OF_MEMORY (and, with photon_load_options_set_verify, _NOT_FINITE), with a message naming
+ * the file and, where one is at fault, the tensor. With device "cuda" or "cuda:N" it fails with
+ * PHOTON_ERR_DEVICE when the GPU cannot be had, and the message says what is missing: the CUDA
+ * module ("no CUDA module": libphoton-cuda.so is neither beside libphoton nor at
+ * $PHOTON_CUDA_MODULE; a build without CUDA has none), the CUDA libraries the module needs ("no
+ * CUDA runtime"), a usable NVIDIA driver ("no CUDA driver") or the device ("no CUDA device"). */
 PHOTON_API photon_status photon_model_load(const char *path, const photon_load_options *options,
                                            photon_model **out);
 
@@ -239,8 +252,8 @@ PHOTON_API int32_t photon_model_eos(const photon_model *model);
 /* The full configuration as compact JSON in the interchange format (spec section 8); the string is
  * owned by the model. "" for NULL. */
 PHOTON_API const char *photon_model_config_json(const photon_model *model);
-/* A provenance value recorded in the file (e.g. "producer", "created", "source"), or NULL if absent.
- * The string is owned by the model. */
+/* A provenance value recorded in the file (e.g. "producer", "created", "source"), or NULL if
+ * absent. The string is owned by the model. */
 PHOTON_API const char *photon_model_metadata(const photon_model *model, const char *key);
 /* Number of provenance entries in the file; 0 for NULL. */
 PHOTON_API size_t photon_model_metadata_count(const photon_model *model);
@@ -249,10 +262,18 @@ PHOTON_API size_t photon_model_metadata_count(const photon_model *model);
 PHOTON_API photon_status photon_model_metadata_at(const photon_model *model, size_t index,
                                                   const char **key, const char **value);
 
-/* Splits UTF-8 text (text_len bytes; need not be NUL-terminated) into token ids, with BOS first when
- * add_bos is non-zero. *n_tokens receives the number of ids. If capacity is too small (tokens may then
- * be NULL), nothing is written to tokens and the call returns PHOTON_ERR_BUFFER_TOO_SMALL with
- * *n_tokens set to the capacity needed. */
+/* Copies the model's embedded tokenizer: the serialized sentencepiece model (a .model file's
+ * bytes, padded with unused pieces to the vocabulary size when the file was written), which
+ * photon_write_options_set_tokenizer_file takes back to write another model with the same token
+ * ids. If capacity is too small (buffer may then be NULL), returns PHOTON_ERR_BUFFER_TOO_SMALL
+ * with *size set to the bytes needed; otherwise *size receives the bytes written. */
+PHOTON_API photon_status photon_model_tokenizer_model(const photon_model *model, void *buffer,
+                                                      size_t capacity, size_t *size);
+
+/* Splits UTF-8 text (text_len bytes; need not be NUL-terminated) into token ids, with BOS first
+ * when add_bos is non-zero. *n_tokens receives the number of ids. If capacity is too small (tokens
+ * may then be NULL), nothing is written to tokens and the call returns PHOTON_ERR_BUFFER_TOO_SMALL
+ * with *n_tokens set to the capacity needed. */
 PHOTON_API photon_status photon_model_tokenize(const photon_model *model, const char *text,
                                                size_t text_len, int add_bos, int32_t *tokens,
                                                size_t capacity, size_t *n_tokens);
@@ -260,15 +281,22 @@ PHOTON_API photon_status photon_model_tokenize(const photon_model *model, const 
 /* Turns token ids back into UTF-8 text (special tokens produce no text). Writes at most capacity
  * bytes including a terminating NUL; *text_len receives the length without the NUL. If capacity is
  * too small (text may then be NULL), returns PHOTON_ERR_BUFFER_TOO_SMALL with *text_len set to the
- * length needed, not counting the NUL. Fails with PHOTON_ERR_BAD_TOKEN for an id outside the vocab. */
+ * length needed, not counting the NUL. Fails with PHOTON_ERR_BAD_TOKEN for an id outside the
+ * vocab. */
 PHOTON_API photon_status photon_model_detokenize(const photon_model *model, const int32_t *tokens,
                                                  size_t n_tokens, char *text, size_t capacity,
                                                  size_t *text_len);
 
 /* Teacher-forced scoring: logprobs[i] = log p(tokens[i] | tokens[0..i-1]) for i >= 1, and
  * logprobs[0] = NaN (the first token, normally BOS, is not predicted). logprobs must hold n_tokens
- * floats. Thread-safe on a shared model. Fails with PHOTON_ERR_BAD_TOKEN, PHOTON_ERR_CONTEXT_FULL
- * (n_tokens above the model's context length) or PHOTON_ERR_INVALID_ARGUMENT (n_tokens == 0). */
+ * floats. A sequence longer than the model's context length is scored in sliding windows, as
+ * perplexity tools do: each window holds up to a context of tokens, windows start stride tokens
+ * apart (half the context here; photon_score_options_set_stride), and each scores the tokens
+ * after the previous window's end, so token i is then conditioned on the tokens before it in its
+ * window only (at least context - stride of them) and every token after the first is scored once.
+ * Thread-safe on a shared model. Fails with PHOTON_ERR_BAD_TOKEN, PHOTON_ERR_INVALID_ARGUMENT
+ * (n_tokens == 0) or PHOTON_ERR_NOT_FINITE (a log-probability is NaN or infinite: the model's
+ * weights hold a NaN or an infinity, or its activations overflow). */
 PHOTON_API photon_status photon_model_score(const photon_model *model, const int32_t *tokens,
                                             size_t n_tokens, float *logprobs);
 
@@ -284,9 +312,9 @@ typedef enum photon_dtype {
 /* Number of tensors in the model file; 0 for NULL. */
 PHOTON_API size_t photon_model_tensor_count(const photon_model *model);
 
-/* Describes tensor `index` (0 .. count-1, in file order). Any out-pointer may be NULL. *name is owned
- * by the model; shape receives *n_dims values (at most PHOTON_MAX_DIMS); *offset is the byte offset
- * of the tensor's data from the start of the file and *size_bytes its length. */
+/* Describes tensor `index` (0 .. count-1, in file order). Any out-pointer may be NULL. *name is
+ * owned by the model; shape receives *n_dims values (at most PHOTON_MAX_DIMS); *offset is the byte
+ * offset of the tensor's data from the start of the file and *size_bytes its length. */
 PHOTON_API photon_status photon_model_tensor_info(const photon_model *model, size_t index,
                                                   const char **name, photon_dtype *dtype,
                                                   int32_t *n_dims, int64_t shape[PHOTON_MAX_DIMS],
@@ -320,22 +348,50 @@ PHOTON_API photon_status photon_write_options_set_seed(photon_write_options *opt
 /* Adds (or replaces) a provenance entry stored in the file's header. */
 PHOTON_API photon_status photon_write_options_set_metadata(photon_write_options *options,
                                                            const char *key, const char *value);
-/* Progress of the write, as for loading; non-zero from the callback cancels and removes the file. */
+/* Progress of the write, as for loading; non-zero from the callback cancels and removes the
+ * file. */
 PHOTON_API photon_status photon_write_options_set_progress(photon_write_options *options,
                                                            photon_progress_callback callback,
                                                            void *user_data);
 
 /* Builds a .photon file from the interchange format of spec section 8: config.json and weights.npz
- * (float32 or float16 arrays named as in spec section 6, stored or deflated). Every tensor the config
- * needs must be present with its exact shape, and no other. options may be NULL. The output is written
- * to a temporary name and renamed, so a failed call never leaves a partial file at out_path. */
+ * (float32 or float16 arrays named as in spec section 6, stored or deflated). Every tensor the
+ * config needs must be present with its exact shape, and no other. options may be NULL. The output
+ * is written to a temporary name and renamed, so a failed call never leaves a partial file at
+ * out_path. */
 PHOTON_API photon_status photon_model_convert(const char *config_json_path,
                                               const char *weights_npz_path, const char *out_path,
                                               const photon_write_options *options);
 
-/* Writes a model with seeded random weights (normal, std 0.02, for matrices and embeddings; ones for
- * norms; zeros for biases) for the configuration given as JSON text (spec section 8), for tests and
- * benchmarks. options may be NULL. */
+/* Builds a .photon file from a safetensors checkpoint. path is either
+ *   a directory holding config.json, the weights (model.safetensors, or the shards that
+ *   model.safetensors.index.json lists) and tokenizer.model, as Hugging Face and the SDK's trainer
+ *   write them, or
+ *   one .safetensors file, whose configuration config_json_path then gives.
+ * config_json_path (NULL: path/config.json) is the SDK's configuration (spec section 8; tensors
+ * named as in spec section 6, any architecture) or a Hugging Face config.json of
+ * LlamaForCausalLM or MistralForCausalLM, which becomes a vanilla model (the fields and tensor
+ * names it maps are listed in docs/model-files.md). What the engine cannot compute exactly is
+ * refused with PHOTON_ERR_UNSUPPORTED naming the field: rope_scaling, a Mistral sliding_window
+ * shorter than max_position_embeddings, attention_bias or mlp_bias, a hidden_act other than silu,
+ * quantization_config, another architecture. Tensors may be F32, F16 or BF16 (stored as the
+ * options' dtype); every tensor the configuration needs must be present with its exact shape, and
+ * no other. The tokenizer is the options' tokenizer file, else tokenizer.model beside the weights,
+ * else, for an SDK configuration only, the built-in one; a Hugging Face config's bos_token_id and
+ * eos_token_id must be the tokenizer's (PHOTON_ERR_TOKENIZER otherwise). The weights are mapped and
+ * converted one tensor at a time, so memory stays near the largest tensor (as f32), not the model.
+ * The file's metadata records "source" (the directory's or file's name), "source.format" and
+ * "source.config_sha256" (of config.json's bytes) unless the options set them. Damaged files fail
+ * with PHOTON_ERR_IO, _TRUNCATED, _CORRUPT, _SIZE_OVERFLOW, _TENSOR_BOUNDS, _TENSOR_SHAPE or
+ * _TENSOR_SET naming the file and tensor. options may be NULL. Written as photon_model_convert
+ * writes: a failed call never leaves a partial file at out_path. */
+PHOTON_API photon_status photon_model_convert_from(const char *path, const char *config_json_path,
+                                                   const char *out_path,
+                                                   const photon_write_options *options);
+
+/* Writes a model with seeded random weights (normal, std 0.02, for matrices and embeddings; ones
+ * for norms; zeros for biases) for the configuration given as JSON text (spec section 8), for tests
+ * and benchmarks. options may be NULL. */
 PHOTON_API photon_status photon_model_init_random(const char *config_json, const char *out_path,
                                                   const photon_write_options *options);
 
@@ -369,12 +425,12 @@ typedef enum photon_mode {
 } photon_mode;
 
 typedef enum photon_stop_reason {
-  PHOTON_STOP_NONE = 0,        /* no generate call has finished yet */
-  PHOTON_STOP_LENGTH = 1,      /* the call's token budget was reached */
-  PHOTON_STOP_EOS = 2,         /* the model produced its end-of-sequence token */
-  PHOTON_STOP_STRING = 3,      /* the text produced a configured stop string */
-  PHOTON_STOP_CALLBACK = 4,    /* the token callback returned non-zero */
-  PHOTON_STOP_CANCELLED = 5,   /* photon_session_cancel was called */
+  PHOTON_STOP_NONE = 0,         /* no generate call has finished yet */
+  PHOTON_STOP_LENGTH = 1,       /* the call's token budget was reached */
+  PHOTON_STOP_EOS = 2,          /* the model produced its end-of-sequence token */
+  PHOTON_STOP_STRING = 3,       /* the text produced a configured stop string */
+  PHOTON_STOP_CALLBACK = 4,     /* the token callback returned non-zero */
+  PHOTON_STOP_CANCELLED = 5,    /* photon_session_cancel was called */
   PHOTON_STOP_CONTEXT_FULL = 6, /* the session's context length was reached */
   PHOTON_STOP_ERROR = 7         /* an engine request failed (photon_request_status says why) */
 } photon_stop_reason;
@@ -454,6 +510,17 @@ PHOTON_API photon_status photon_session_options_set_repetition_penalty(
 /* Non-zero: do not stop at the end-of-sequence token (it is sampled like any other). */
 PHOTON_API photon_status photon_session_options_set_ignore_eos(photon_session_options *options,
                                                                int ignore_eos);
+/* Non-zero: generation goes on past a full context (default 0: it stops there with
+ * PHOTON_STOP_CONTEXT_FULL). When the session holds as many tokens as its context length, it keeps
+ * the last half of them, context_length / 2 tokens (rounded down), and prefills them again: from
+ * then on it is exactly a new session of the same settings that was prefilled with those tokens
+ * (caches rebuilt from them, the same draws at the same positions), and photon_session_position
+ * and photon_session_tokens count from that tail. Text delivered before the shift still counts
+ * for stop strings. Each shift costs a prefill of half the context, and the caches exist twice
+ * while it runs. A context of 1 token cannot shift and stops. The setting is not part of a saved
+ * state: a restored session has it off until photon_session_set_sampler turns it on. */
+PHOTON_API photon_status photon_session_options_set_context_shift(photon_session_options *options,
+                                                                  int context_shift);
 /* Adds a stop string (UTF-8, non-empty): generation stops once the generated text contains it. The
  * token that completes it is still delivered. */
 PHOTON_API photon_status photon_session_options_add_stop_string(photon_session_options *options,
@@ -514,6 +581,18 @@ PHOTON_API photon_status photon_score_options_set_mode(photon_score_options *opt
 PHOTON_API photon_status photon_score_options_set_prompt_tokens(photon_score_options *options,
                                                                 size_t n);
 
+/* The stride of the sliding windows that score a sequence longer than the model's context (see
+ * photon_model_score): window w covers tokens [w * stride, w * stride + context) (cut at the
+ * sequence's end) and scores those after window w - 1's end; a window after the first starts
+ * mid-text, without BOS, and in PHOTON_MODE_RECGEN its prompt is its part that the previous window
+ * scored. 1 <= stride < context; 0 (the default) means half the context, rounded down. A smaller
+ * stride gives each token more context and costs more windows: a sequence of n > context tokens
+ * takes 1 + ceil((n - context) / stride) of them. Fails with PHOTON_ERR_INVALID_ARGUMENT for a
+ * negative stride; one of the context or more fails in photon_model_score_with when windows are
+ * needed. */
+PHOTON_API photon_status photon_score_options_set_stride(photon_score_options *options,
+                                                         int32_t stride);
+
 /* photon_model_score under options (NULL: the defaults, which equal photon_model_score). Fails as
  * photon_model_score does, and with PHOTON_ERR_UNSUPPORTED for RecGen on a model without it. */
 PHOTON_API photon_status photon_model_score_with(const photon_model *model, const int32_t *tokens,
@@ -530,7 +609,8 @@ typedef int (*photon_token_callback)(void *user_data, int32_t token, const char 
 /* Generates up to max_tokens tokens after the session's current history, calling callback (may be
  * NULL) for each. Stops at the budget, at EOS (unless ignored; EOS is then not delivered and not
  * added to the history), at a stop string, when the callback returns non-zero, on
- * photon_session_cancel, or when the context is full; photon_session_stop_reason says which. Every
+ * photon_session_cancel, or when the context is full (unless the session shifts its context:
+ * photon_session_options_set_context_shift); photon_session_stop_reason says which. Every
  * delivered token is part of the history, so a later call continues from it. *n_generated (may be
  * NULL) receives the number of tokens delivered. The session must hold at least one token. A
  * cancelled call returns PHOTON_OK with stop reason PHOTON_STOP_CANCELLED. */
@@ -541,9 +621,9 @@ PHOTON_API photon_status photon_session_generate(photon_session *session, int32_
 /* Why the last generate call stopped. */
 PHOTON_API photon_stop_reason photon_session_stop_reason(const photon_session *session);
 
-/* Asks a running prefill or generate on this session to stop at its next step. Safe to call from any
- * thread, also when nothing runs (the request then applies to the session's next call only if it
- * arrives while that call runs: each call clears it on entry). NULL is accepted. */
+/* Asks a running prefill or generate on this session to stop at its next step. Safe to call from
+ * any thread, also when nothing runs (the request then applies to the session's next call only if
+ * it arrives while that call runs: each call clears it on entry). NULL is accepted. */
 PHOTON_API void photon_session_cancel(photon_session *session);
 
 /* Number of tokens the session holds (prompt and generated). */
@@ -562,15 +642,15 @@ PHOTON_API photon_status photon_session_tokens(const photon_session *session, in
 PHOTON_API photon_status photon_session_kv_bytes(const photon_session *session, int32_t level,
                                                  uint64_t *encoder_bytes, uint64_t *window_bytes);
 
-/* Creates options holding the session's current settings (mode, context length, kv type and
- * sampler), so a caller can change some of them and apply the result with
+/* Creates options holding the session's current settings (mode, context length, kv type, sampler
+ * and context shift), so a caller can change some of them and apply the result with
  * photon_session_set_sampler. */
 PHOTON_API photon_status photon_session_get_options(const photon_session *session,
                                                     photon_session_options **out);
 
 /* Replaces the session's sampler settings (temperature, top-k/p, min-p, repetition penalty, seed,
- * ignore-EOS, stop strings) with those of options; mode and context length are not changed. Used
- * to override the settings of a restored session. */
+ * ignore-EOS, stop strings) and its context shift with those of options; mode, context length and
+ * kv type are not changed. Used to override the settings of a restored session. */
 PHOTON_API photon_status photon_session_set_sampler(photon_session *session,
                                                     const photon_session_options *options);
 
@@ -579,13 +659,14 @@ PHOTON_API photon_status photon_session_set_sampler(photon_session *session,
 /* ---------------------------------------------------------------------------------------------- */
 
 /* Produces the next token without a callback, for callers that cannot be called back (managed
- * runtimes): on PHOTON_OK, *token holds the next token id, or -1 when generation stopped (EOS, a stop
- * string, cancellation or a full context; photon_session_stop_reason says which). piece receives the
- * token's UTF-8-complete text (see photon_token_callback) as photon_model_detokenize does for
- * capacity and PHOTON_ERR_BUFFER_TOO_SMALL (*piece_len is set either way; on
+ * runtimes): on PHOTON_OK, *token holds the next token id, or -1 when generation stopped (EOS, a
+ * stop string, cancellation or a full context; photon_session_stop_reason says which). piece
+ * receives the token's UTF-8-complete text (see photon_token_callback) as photon_model_detokenize
+ * does for capacity and PHOTON_ERR_BUFFER_TOO_SMALL (*piece_len is set either way; on
  * PHOTON_ERR_BUFFER_TOO_SMALL the token is kept and the next call returns it again); piece may be
- * NULL with capacity 0 to skip the text. logprob may be NULL. Tokens delivered by this call are part
- * of the history, exactly as with photon_session_generate, and the two produce the same tokens. */
+ * NULL with capacity 0 to skip the text. logprob may be NULL. Tokens delivered by this call are
+ * part of the history, exactly as with photon_session_generate, and the two produce the same
+ * tokens. */
 PHOTON_API photon_status photon_session_next_token(photon_session *session, int32_t *token,
                                                    char *piece, size_t piece_capacity,
                                                    size_t *piece_len, float *logprob);
@@ -616,11 +697,11 @@ PHOTON_API photon_status photon_session_prefill_batch(photon_session *const *ses
                                                       const size_t *n_tokens);
 
 /* Advances n_sessions sessions of one model together, each by up to max_tokens tokens, with the
- * GEMMs of all sessions batched into one call per weight matrix. Sessions may differ in prompt length,
- * mode, sampler and stop rules; each stops on its own rules and drops out while the others go on.
- * Each session produces exactly the tokens photon_session_generate would have produced for it.
- * n_generated (may be NULL) receives n_sessions counts. Fails with PHOTON_ERR_INVALID_ARGUMENT if the
- * sessions do not share one model, a session appears twice, or one holds no tokens. */
+ * GEMMs of all sessions batched into one call per weight matrix. Sessions may differ in prompt
+ * length, mode, sampler and stop rules; each stops on its own rules and drops out while the others
+ * go on. Each session produces exactly the tokens photon_session_generate would have produced for
+ * it. n_generated (may be NULL) receives n_sessions counts. Fails with PHOTON_ERR_INVALID_ARGUMENT
+ * if the sessions do not share one model, a session appears twice, or one holds no tokens. */
 PHOTON_API photon_status photon_session_generate_batch(photon_session *const *sessions,
                                                        size_t n_sessions, int32_t max_tokens,
                                                        photon_batch_callback callback,
@@ -631,24 +712,26 @@ PHOTON_API photon_status photon_session_generate_batch(photon_session *const *se
 /* ---------------------------------------------------------------------------------------------- */
 
 /* Serializes the session's complete state (schemas/session.fbs): a fingerprint of the model and
- * tokenizer, mode, token history, sampler settings and random generator state, and the caches needed
- * to continue (RecGen: the top-level cache and the open windows; HierGen: every level's encoder
- * cache and the open windows). A restored session continues exactly as this one would have, in any
- * process. States are portable between devices: caches are saved in f32 whatever the device, so a
- * state saved on a GPU restores on the CPU and the other way round; it then continues with the
- * other device's arithmetic (log-probabilities within a few 1e-2 of what the first device would
- * have given, see photon_load_options_set_device). If capacity is too small (buffer may be NULL),
- * returns PHOTON_ERR_BUFFER_TOO_SMALL with *size set to the bytes needed; otherwise *size receives
- * the bytes written. */
+ * tokenizer, mode, token history, sampler settings and random generator state, and the caches
+ * needed to continue (RecGen: the top-level cache and the open windows; HierGen: every level's
+ * encoder cache and the open windows). A restored session continues exactly as this one would have,
+ * in any process. States are portable between devices: caches are saved in the session's KV type
+ * (f32 unless photon_session_options_set_kv_type chose another) whatever the device, so a state
+ * saved on a GPU restores on the CPU and the other way round; it then continues with the other
+ * device's arithmetic (log-probabilities within the bounds given at
+ * photon_load_options_set_device). If capacity is too small (buffer may be NULL), returns
+ * PHOTON_ERR_BUFFER_TOO_SMALL with *size set to the bytes needed; otherwise *size receives the
+ * bytes written. */
 PHOTON_API photon_status photon_session_save(photon_session *session, void *buffer, size_t capacity,
                                              size_t *size);
 /* As photon_session_save, to a file (written to a temporary name and renamed). */
 PHOTON_API photon_status photon_session_save_file(photon_session *session, const char *path);
 
 /* Creates a new session from a saved state for `model`. Refuses, with nothing created: a state of
- * another model or tokenizer (PHOTON_ERR_WRONG_MODEL), a newer format (PHOTON_ERR_UNSUPPORTED_VERSION),
- * a blob that is not a session state (PHOTON_ERR_BAD_IDENTIFIER), a truncated one
- * (PHOTON_ERR_TRUNCATED) or any other damage (PHOTON_ERR_CORRUPT), each with a message saying what. */
+ * another model or tokenizer (PHOTON_ERR_WRONG_MODEL), a newer format
+ * (PHOTON_ERR_UNSUPPORTED_VERSION), a blob that is not a session state (PHOTON_ERR_BAD_IDENTIFIER),
+ * a truncated one (PHOTON_ERR_TRUNCATED) or any other damage (PHOTON_ERR_CORRUPT), each with a
+ * message saying what. */
 PHOTON_API photon_status photon_session_restore(const photon_model *model, const void *data,
                                                 size_t size, photon_session **out);
 /* As photon_session_restore, from a file. */
@@ -844,10 +927,10 @@ PHOTON_API void photon_request_cancel(photon_request *request);
 PHOTON_API void photon_request_free(photon_request *request);
 
 typedef enum photon_request_state {
-  PHOTON_REQUEST_WAITING = 0,  /* submitted, not admitted yet */
-  PHOTON_REQUEST_RUNNING = 1,  /* consuming its prompt or generating */
-  PHOTON_REQUEST_PAUSED = 2,   /* saved to host memory until the memory budget has room */
-  PHOTON_REQUEST_FINISHED = 3  /* ended: photon_request_stop_reason says why */
+  PHOTON_REQUEST_WAITING = 0, /* submitted, not admitted yet */
+  PHOTON_REQUEST_RUNNING = 1, /* consuming its prompt or generating */
+  PHOTON_REQUEST_PAUSED = 2,  /* saved to host memory until the memory budget has room */
+  PHOTON_REQUEST_FINISHED = 3 /* ended: photon_request_stop_reason says why */
 } photon_request_state;
 
 /* The request's state now; PHOTON_REQUEST_FINISHED for NULL. Safe from any thread. */
@@ -876,14 +959,14 @@ PHOTON_API photon_status photon_request_next_token(photon_request *request, int3
                                                    float *logprob);
 
 typedef enum photon_request_stat {
-  PHOTON_REQUEST_PROMPT_TOKENS = 0,     /* prompt tokens consumed */
-  PHOTON_REQUEST_REUSED_TOKENS = 1,     /* tokens of the continued state or session */
-  PHOTON_REQUEST_GENERATED_TOKENS = 2,  /* tokens delivered */
-  PHOTON_REQUEST_QUEUE_SECONDS = 3,     /* from submit to admission */
+  PHOTON_REQUEST_PROMPT_TOKENS = 0,       /* prompt tokens consumed */
+  PHOTON_REQUEST_REUSED_TOKENS = 1,       /* tokens of the continued state or session */
+  PHOTON_REQUEST_GENERATED_TOKENS = 2,    /* tokens delivered */
+  PHOTON_REQUEST_QUEUE_SECONDS = 3,       /* from submit to admission */
   PHOTON_REQUEST_FIRST_TOKEN_SECONDS = 4, /* from submit to the first delivered token */
-  PHOTON_REQUEST_DECODE_SECONDS = 5,    /* from the first delivered token to the end (or now) */
-  PHOTON_REQUEST_PAUSED_SECONDS = 6,    /* time spent paused */
-  PHOTON_REQUEST_PAUSES = 7             /* times paused */
+  PHOTON_REQUEST_DECODE_SECONDS = 5,      /* from the first delivered token to the end (or now) */
+  PHOTON_REQUEST_PAUSED_SECONDS = 6,      /* time spent paused */
+  PHOTON_REQUEST_PAUSES = 7               /* times paused */
 } photon_request_stat;
 
 /* The request's statistic `stat`; times not reached yet are NaN. Safe from any thread. Fails with
@@ -896,15 +979,14 @@ PHOTON_API photon_status photon_request_get_stat(const photon_request *request,
  * photon_session_save for buffer, capacity, *size and PHOTON_ERR_BUFFER_TOO_SMALL. Fails with
  * PHOTON_ERR_INVALID_ARGUMENT before the request has finished, or once its session was taken or
  * ended by an error. */
-PHOTON_API photon_status photon_request_save(photon_request *request, void *buffer,
-                                             size_t capacity, size_t *size);
+PHOTON_API photon_status photon_request_save(photon_request *request, void *buffer, size_t capacity,
+                                             size_t *size);
 
 /* Hands the finished request's session to the caller (*out; free it with photon_session_free):
  * the session given with photon_request_options_set_session, or the one the request created. It
  * holds the request's history as a session that ran photon_session_generate would. Fails as
  * photon_request_save does. */
-PHOTON_API photon_status photon_request_take_session(photon_request *request,
-                                                     photon_session **out);
+PHOTON_API photon_status photon_request_take_session(photon_request *request, photon_session **out);
 
 #ifdef __cplusplus
 }

@@ -34,7 +34,10 @@ struct Engine::StepGuard {
 };
 
 Engine::Engine(const Model& model, const EngineOptions& options)
-    : model_(model), options_(options) {}
+    : model_(model), options_(options) {
+  // Admission then never allocates to record a running request (it could not be undone).
+  running_.reserve(static_cast<size_t>(std::min(options.max_running, 4096)));
+}
 
 Engine::~Engine() {
   bool worker = false;
@@ -208,6 +211,8 @@ bool Engine::admit_one(Request& r) {
     else
       session = Session::create(model_, spec.settings.mode, spec.settings.context,
                                 spec.settings.sampler, spec.settings.kv_type);
+    if (!paused && (spec.sampler_given || (!lent && spec.state.empty())))
+      session->context_shift = spec.settings.context_shift;
     if (!paused) {
       if (spec.sampler_given && (lent || !spec.state.empty()))
         session->set_sampler(spec.settings.sampler, kWho);

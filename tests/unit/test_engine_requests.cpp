@@ -585,3 +585,98 @@ TEST_F(EngineLimits, ThreadsSubmitPullAndCancelWhileTheWorkerRuns) {
 }
 
 }  // namespace
+
+namespace {
+
+// Threads that submit requests with callbacks, cancel and free them mid-stream from other threads,
+// and read statistics, all while the worker steps: every request ends, no callback runs after its
+// request was freed, and the tokens of the requests left alone equal each run alone.
+TEST(EngineThreads, SubmittersCancellersFreersAndReadersRaceTheWorker) {
+  photon::ModelConfig config = photon::testing::tiny_photon(2);
+  const std::string path = photon::testing::scratch_model_path("test_engine_threads");
+  photon::testing::write_test_model(config, path, 9);
+  photon_model* model = nullptr;
+  ASSERT_EQ(photon_model_load(path.c_str(), nullptr, &model), PHOTON_OK) << photon_last_error();
+  photon_engine* engine = make_engine(model, 6, 256);
+  ASSERT_EQ(photon_engine_start(engine), PHOTON_OK);
+
+  // A callback's record: what it received, and whether its request was freed already.
+  struct Record {
+    Generated got;
+    std::atomic<bool> freed{false};
+    std::atomic<int> after_free{0};
+  };
+  const auto on_token = [](void* user, int32_t token, const char*, size_t, float logprob) {
+    auto* rec = static_cast<Record*>(user);
+    if (rec->freed.load()) ++rec->after_free;
+    rec->got.tokens.push_back(token);
+    rec->got.logprobs.push_back(logprob);
+    return 0;
+  };
+  constexpr int kThreads = 4, kPerThread = 10;
+  std::vector<std::unique_ptr<Record>> records(kThreads * kPerThread);
+  for (auto& r : records) r = std::make_unique<Record>();
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done.load()) {
+      for (int s = 0; s <= PHOTON_ENGINE_TOKENS_PER_SECOND; ++s)
+        engine_stat(engine, static_cast<photon_engine_stat>(s));
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const int k = t * kPerThread + i;
+        Ask a;
+        a.prompt = prompt(10 + k % 7, k);
+        a.max_tokens = 12;
+        a.mode = k % 2 ? PHOTON_MODE_RECGEN : PHOTON_MODE_HIERGEN;
+        photon_request_options* o = nullptr;
+        photon_request_options_create(&o);
+        photon_session_options* so = session_options(a);
+        photon_request_options_set_session_options(o, so);
+        photon_session_options_free(so);
+        photon_request_options_set_prompt(o, a.prompt.data(), a.prompt.size());
+        photon_request_options_set_max_tokens(o, a.max_tokens);
+        photon_request_options_set_callback(o, on_token, records[static_cast<size_t>(k)].get());
+        photon_request* r = nullptr;
+        ASSERT_EQ(photon_engine_submit(engine, o, &r), PHOTON_OK) << photon_last_error();
+        photon_request_options_free(o);
+        switch (k % 3) {
+          case 0: photon_request_wait(r, -1); break;  // left alone
+          case 1: {                                   // cancelled from another thread
+            std::thread([r] { photon_request_cancel(r); }).join();
+            photon_request_wait(r, -1);
+            break;
+          }
+          case 2:  // freed while it may be streaming
+            std::this_thread::sleep_for(std::chrono::microseconds(200 * (k % 5)));
+            break;
+        }
+        photon_request_free(r);
+        records[static_cast<size_t>(k)]->freed.store(true);
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  ASSERT_EQ(photon_engine_stop(engine, PHOTON_ENGINE_DRAIN), PHOTON_OK);
+  done.store(true);
+  reader.join();
+  EXPECT_EQ(engine_stat(engine, PHOTON_ENGINE_FINISHED), kThreads * kPerThread);
+  for (int k = 0; k < kThreads * kPerThread; ++k) {
+    EXPECT_EQ(records[static_cast<size_t>(k)]->after_free.load(), 0) << "request " << k;
+    if (k % 3 != 0) continue;
+    Ask a;
+    a.prompt = prompt(10 + k % 7, k);
+    a.max_tokens = 12;
+    a.mode = k % 2 ? PHOTON_MODE_RECGEN : PHOTON_MODE_HIERGEN;
+    EXPECT_EQ(records[static_cast<size_t>(k)]->got.tokens, alone(model, a).tokens)
+        << "request " << k;
+  }
+  photon_engine_free(engine);
+  photon_model_free(model);
+  std::remove(path.c_str());
+}
+
+}  // namespace
