@@ -12,9 +12,9 @@
 //
 // The prompt is begin, then prefix + content + suffix for each message in order, then the
 // assistant's prefix, after which the model writes the reply. A role the template lacks is refused
-// (400). Because a reply is rendered as the assistant's prefix + the reply + suffix, the next turn's
-// prompt starts with this turn's prompt and reply, which lets a conversation resume its saved state
-// (docs/serving.md).
+// (400). Because a reply is rendered as the assistant's prefix + the reply + suffix, the next
+// turn's prompt starts with this turn's prompt and reply, which lets a conversation resume its
+// saved state (docs/serving.md).
 #pragma once
 
 #include <string>
