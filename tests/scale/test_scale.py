@@ -535,6 +535,7 @@ def main():
     parser.add_argument("--source-dir", required=True)
     parser.add_argument("--work-dir", required=True)
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop what was started
     SOURCE, WORK = os.path.abspath(args.source_dir), os.path.abspath(args.work_dir)
     os.makedirs(WORK, exist_ok=True)
     sys.path.insert(0, os.path.join(SOURCE, "tests", "serve"))
