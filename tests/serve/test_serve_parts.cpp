@@ -347,7 +347,9 @@ TEST_F(ServeDirectoryStore, EvictsTheOldestOverTheCap) {
   EXPECT_NE(::stat((dir_ + "/two.conv").c_str(), &st), 0);
 }
 
-TEST_F(ServeDirectoryStore, ADamagedFileReadsAsAbsent) {
+// A damaged file is refused: only its version is known, so that the turn that reads its prompt
+// whole can save over it.
+TEST_F(ServeDirectoryStore, ADamagedFileIsRefused) {
   auto store = open_store(dir_, 1 << 20);
   ASSERT_EQ(store->save("a", 0, conversation(100, 7)), ConversationStore::SaveResult::Saved);
   {
@@ -355,9 +357,16 @@ TEST_F(ServeDirectoryStore, ADamagedFileReadsAsAbsent) {
     f.seekp(60);
     f.put('\x55');
   }
-  EXPECT_FALSE(store->load("a").has_value());
-  ::truncate((dir_ + "/a.conv").c_str(), 30);
-  EXPECT_FALSE(store->load("a").has_value());
+  for (int damage = 0; damage < 2; ++damage) {
+    if (damage == 1) ::truncate((dir_ + "/a.conv").c_str(), 30);
+    const std::optional<Conversation> c = store->load("a");
+    ASSERT_TRUE(c.has_value());
+    EXPECT_TRUE(c->refused);
+    EXPECT_EQ(c->version, 1u);
+    EXPECT_TRUE(c->tokens.empty() && c->state.empty() && !c->has_text);
+  }
+  EXPECT_EQ(store->save("a", 1, conversation(100, 8)), ConversationStore::SaveResult::Saved);
+  EXPECT_FALSE(store->load("a")->refused);
 }
 
 TEST_F(ServeDirectoryStore, LeftoverTemporaryFilesAreRemoved) {
@@ -376,7 +385,8 @@ TEST(ServeConversationId, OnlySafeNames) {
     EXPECT_FALSE(valid_conversation_id(bad)) << bad;
   EXPECT_TRUE(valid_conversation_id(std::string(128, 'a')));
   EXPECT_FALSE(valid_conversation_id(std::string(129, 'a')));
-  EXPECT_THROW(open_store("redis://localhost", 1), std::runtime_error);
+  EXPECT_THROW(open_store("memcached://localhost", 1), std::runtime_error);  // not a store
+  EXPECT_THROW(open_store("redis://localhost:0", 1), std::runtime_error);    // a bad URL
 }
 
 }  // namespace

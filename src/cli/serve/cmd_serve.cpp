@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "serve/redis_store.h"
 #include "serve/server.h"
 
 namespace photon::cli {
@@ -84,7 +85,14 @@ int run_serve(const std::vector<std::string>& argv) {
   if ((args.has("api-key") || std::getenv("PHOTON_API_KEY")) && o.api_key.empty())
     throw UsageError("--api-key / PHOTON_API_KEY: the key is empty");
   if (auto store = args.value("store")) {
-    if (store->empty()) throw UsageError("--store: give a directory");
+    if (store->empty()) throw UsageError("--store: give a directory or a redis:// URL");
+    if (store->rfind("redis://", 0) == 0) {
+      try {
+        serve::parse_redis_url(*store);
+      } catch (const std::runtime_error& e) {
+        throw UsageError(e.what());
+      }
+    }
     o.store = *store;
   }
   o.store_max_bytes = parse_size(args, "store-max-mib", 20, o.store_max_bytes);
@@ -125,7 +133,7 @@ int run_serve(const std::vector<std::string>& argv) {
 const Command kServeCommand = {
     "serve", "serve the model over HTTP with OpenAI's API",
     "usage: photon serve -m M.photon [--host 127.0.0.1] [--port 8080] [--api-key KEY]\n"
-    "                    [--store DIR] [options]\n"
+    "                    [--store DIR|redis://HOST:PORT] [options]\n"
     "\n"
     "An OpenAI-compatible HTTP server on the continuous-batching engine: POST /v1/completions,\n"
     "POST /v1/chat/completions (streamed with \"stream\": true), GET /v1/models, /health and\n"
@@ -143,7 +151,11 @@ const Command kServeCommand = {
     "  --model-name NAME      the model's id in the API (default: the file name without .photon)\n"
     "  --chat-template FILE   chat template (JSON, docs/serving.md) instead of the model's\n"
     "  --store DIR            keep conversations in DIR (created if missing)\n"
-    "  --store-max-mib N      the store's size cap; the oldest conversations go first (1024)\n"
+    "  --store redis://HOST[:PORT][/DB][?ttl=S&timeout=S]\n"
+    "                         keep them in Redis, shared by several servers (ttl: seconds\n"
+    "                         after the last save, default 604800; timeout default 1)\n"
+    "  --store-max-mib N      the store's size cap; the oldest conversations go first (1024);\n"
+    "                         with Redis, the cap of one conversation\n"
     "limits:\n"
     "  --max-running N        requests generating at once (default 32)\n"
     "  --max-waiting N        requests queued beyond those; more get 429 (default 256)\n"

@@ -118,7 +118,10 @@ class Completion final : public GenerationObserver,
       const photon_status status = photon_request_status(r);
       const std::string message = photon_request_error(r);
       // The stored state could not be continued (another model, damaged): read it all.
-      if (resumed_ && ids_.empty()) return plan_and_submit(false);
+      if (resumed_ && ids_.empty()) {
+        state_refused(shared_from_this(), message.c_str());
+        return plan_and_submit(false);
+      }
       return fail(engine_error(status, message, prompt_param()));
     }
     if (reason == PHOTON_STOP_CANCELLED)
@@ -179,22 +182,40 @@ class Completion final : public GenerationObserver,
     head_ = head_base_ + ",\"choices\":[{\"index\":0,";
   }
 
+  // A store that cannot be reached, or a record that cannot be read, is as good as no
+  // conversation: the turn reads its whole prompt, never an error.
   void load_conversation() {
     auto loaded = std::make_shared<std::optional<Conversation>>();
+    auto error = std::make_shared<std::string>();
     ConversationStore* store = ctx_.store;
     ctx_.offload->run(
-        [store, id = *conversation_id_, loaded] {
+        [store, id = *conversation_id_, loaded, error] {
           try {
             *loaded = store->load(id);
-          } catch (const std::exception&) {
-            // An unreadable conversation is as good as none: the turn reads its whole prompt.
+          } catch (const std::exception& e) {
+            *error = e.what();
           }
         },
-        [self = shared_from_this(), loaded] {
+        [self = shared_from_this(), loaded, error] {
           if (self->gone_) return self->done(kClientClosed);
+          const char* id = self->conversation_id_->c_str();
+          if (!error->empty()) {
+            ++self->ctx_.metrics.conversation_store_errors;
+            std::fprintf(stderr,
+                         "photon serve: warning: conversation %s not loaded, read whole: %s\n", id,
+                         error->c_str());
+          }
           self->conversation_ = std::move(*loaded);
+          if (self->conversation_ && self->conversation_->refused) state_refused(self, "damaged");
           self->plan_and_submit(true);
         });
+  }
+
+  static void state_refused(const std::shared_ptr<Completion>& self, const char* why) {
+    ++self->ctx_.metrics.conversation_states_refused;
+    std::fprintf(stderr,
+                 "photon serve: warning: conversation %s: the stored state is %s, read whole\n",
+                 self->conversation_id_->c_str(), why);
   }
 
   // Tokenizes off the network thread (a long prompt takes a while), then submits on it.
@@ -246,7 +267,8 @@ class Completion final : public GenerationObserver,
   // What to submit: the stored state and the rest of the prompt, tokenized as `photon generate
   // --resume FILE -p REST` does (no BOS), or the whole prompt.
   void plan(bool use_conversation) {
-    resumed_ = use_conversation && conversation_ && continues(*conversation_);
+    resumed_ =
+        use_conversation && conversation_ && !conversation_->refused && continues(*conversation_);
     if (resumed_) {
       const Conversation& c = *conversation_;
       submit_tokens_ = prompt_text_
@@ -344,7 +366,10 @@ class Completion final : public GenerationObserver,
     if (status != PHOTON_OK) {
       const std::string message = photon_last_error();
       generation_.reset();
-      if (resumed_ && status != PHOTON_ERR_BUSY) return plan_and_submit(false);
+      if (resumed_ && status != PHOTON_ERR_BUSY) {
+        state_refused(shared_from_this(), message.c_str());
+        return plan_and_submit(false);
+      }
       throw engine_error(status, message, prompt_param());
     }
     ctx_.tracker->add(generation_);
@@ -495,6 +520,11 @@ class Completion final : public GenerationObserver,
             self->saved_version_ = expected + 1;
           } else if (outcome->result == ConversationStore::SaveResult::Conflict) {
             ++metrics.conversation_conflicts;
+            std::fprintf(stderr,
+                         "photon serve: conversation %s not saved: another turn saved version "
+                         "%llu first\n",
+                         self->conversation_id_->c_str(),
+                         static_cast<unsigned long long>(expected + 1));
           } else {
             ++metrics.conversation_store_errors;
             std::fprintf(stderr,

@@ -23,6 +23,9 @@ struct Conversation {
   std::string text;             // the prompts and completions so far (when has_text)
   std::vector<int32_t> tokens;  // the session's token history
   std::vector<uint8_t> state;   // the session state after the last turn
+  // The stored record could not be read (damaged, another format): only `version` is known, so
+  // that the turn, which reads its whole prompt, can save over it.
+  bool refused = false;
 };
 
 class ConversationStore {
@@ -36,7 +39,8 @@ class ConversationStore {
   virtual ~ConversationStore() = default;
 
   // The conversation, or none when it is not stored. A record that cannot be read (damaged,
-  // written by another format) is treated as absent: the turn then runs without it.
+  // written by another format) comes back `refused`: the turn then runs without it. Throws
+  // std::runtime_error when the store cannot be reached.
   virtual std::optional<Conversation> load(const std::string& id) = 0;
   // Stores `conversation` (its version field is ignored) as version expected + 1, provided the
   // stored version is `expected` (0: nothing stored). Throws std::runtime_error on an I/O failure.
@@ -56,8 +60,10 @@ class ConversationStore {
 bool valid_conversation_id(std::string_view id);
 
 // The store --store names: a directory path (created if missing, its parent must exist) holding
-// one file per conversation, at most max_bytes in all (the oldest saved are removed first).
-// Throws std::runtime_error naming the path when it cannot be used.
+// one file per conversation, at most max_bytes in all (the oldest saved are removed first); or
+// redis://HOST[:PORT][/DB][?ttl=S&timeout=S], a Redis server that several servers share
+// (redis_store.h), records of at most max_bytes each. Throws std::runtime_error naming the path
+// or URL when it cannot be used.
 std::unique_ptr<ConversationStore> open_store(const std::string& spec, uint64_t max_bytes);
 
 }  // namespace photon::serve

@@ -4,8 +4,7 @@
 // compare versions and evict the oldest files without reading the directory again. One server
 // process per directory.
 //
-// File layout (little-endian): "PHCONV01", u64 version, u32 flags (bit 0: has text),
-// u64 n + text, u64 n + n int32 tokens, u64 n + state bytes, u64 FNV-1a of everything before.
+// Each file holds one record (conversation_record.h).
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -19,103 +18,19 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "serve/conversation_store.h"
+#include "serve/conversation_record.h"
+#include "serve/redis_store.h"
 
 namespace photon::serve {
 namespace {
 
-constexpr char kMagic[8] = {'P', 'H', 'C', 'O', 'N', 'V', '0', '1'};
 constexpr const char* kSuffix = ".conv";
 // Temporary files start with a dot, which no conversation id does.
 constexpr const char* kTempPrefix = ".tmp-";
 constexpr size_t kMaxIdLength = 128;
 
-uint64_t fnv1a(const uint8_t* data, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= data[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 std::string errno_text() {
   return std::strerror(errno);
-}
-
-// Appends into a buffer sized in advance.
-class Writer {
- public:
-  explicit Writer(size_t size) : out(size) {}
-  void bytes(const void* p, size_t n) {
-    if (n) std::memcpy(out.data() + at_, p, n);
-    at_ += n;
-  }
-  void u64(uint64_t v) { bytes(&v, sizeof v); }
-  void u32(uint32_t v) { bytes(&v, sizeof v); }
-  std::vector<uint8_t> out;
-
- private:
-  size_t at_ = 0;
-};
-
-class Reader {
- public:
-  Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
-  bool bytes(void* dst, size_t n) {
-    if (n > n_ - at_) return false;
-    std::memcpy(dst, p_ + at_, n);
-    at_ += n;
-    return true;
-  }
-  bool u64(uint64_t& v) { return bytes(&v, sizeof v); }
-  bool u32(uint32_t& v) { return bytes(&v, sizeof v); }
-  // A length that the rest of the file can hold, of elements of `size` bytes.
-  bool count(uint64_t& v, size_t size) { return u64(v) && v <= (n_ - at_) / size; }
-  size_t at() const { return at_; }
-
- private:
-  const uint8_t* p_;
-  size_t n_;
-  size_t at_ = 0;
-};
-
-std::vector<uint8_t> encode(uint64_t version, const Conversation& c) {
-  Writer w(sizeof kMagic + 8 + 4 + 8 + c.text.size() + 8 + c.tokens.size() * sizeof(int32_t) + 8 +
-           c.state.size() + 8);
-  w.bytes(kMagic, sizeof kMagic);
-  w.u64(version);
-  w.u32(c.has_text ? 1u : 0u);
-  w.u64(c.text.size());
-  w.bytes(c.text.data(), c.text.size());
-  w.u64(c.tokens.size());
-  w.bytes(c.tokens.data(), c.tokens.size() * sizeof(int32_t));
-  w.u64(c.state.size());
-  w.bytes(c.state.data(), c.state.size());
-  w.u64(fnv1a(w.out.data(), w.out.size() - 8));
-  return std::move(w.out);
-}
-
-std::optional<Conversation> decode(const std::vector<uint8_t>& file) {
-  if (file.size() < sizeof kMagic + 8 || std::memcmp(file.data(), kMagic, sizeof kMagic) != 0)
-    return std::nullopt;
-  const size_t body = file.size() - 8;
-  uint64_t checksum = 0;
-  std::memcpy(&checksum, file.data() + body, 8);
-  if (checksum != fnv1a(file.data(), body)) return std::nullopt;
-  Reader r(file.data() + sizeof kMagic, body - sizeof kMagic);
-  Conversation c;
-  uint32_t flags = 0;
-  uint64_t n = 0;
-  if (!r.u64(c.version) || !r.u32(flags) || !r.count(n, 1)) return std::nullopt;
-  c.has_text = (flags & 1u) != 0;
-  c.text.resize(n);
-  if (!r.bytes(c.text.data(), n) || !r.count(n, sizeof(int32_t))) return std::nullopt;
-  c.tokens.resize(n);
-  if (!r.bytes(c.tokens.data(), n * sizeof(int32_t)) || !r.count(n, 1)) return std::nullopt;
-  c.state.resize(n);
-  if (!r.bytes(c.state.data(), n) || r.at() != body - sizeof kMagic) return std::nullopt;
-  return c;
 }
 
 bool read_whole(const std::string& path, std::vector<uint8_t>& out) {
@@ -156,13 +71,18 @@ class DirectoryStore final : public ConversationStore {
   }
 
   std::optional<Conversation> load(const std::string& id) override {
+    Conversation refused;
+    refused.refused = true;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (index_.find(id) == index_.end()) return std::nullopt;
+      const auto it = index_.find(id);
+      if (it == index_.end()) return std::nullopt;
+      refused.version = it->second.version;
     }
     std::vector<uint8_t> file;
     if (!read_whole(path(id), file)) return std::nullopt;
-    return decode(file);
+    std::optional<Conversation> c = decode_conversation(file);
+    return c ? c : refused;
   }
 
   SaveResult save(const std::string& id, uint64_t expected, const Conversation& c) override {
@@ -170,7 +90,7 @@ class DirectoryStore final : public ConversationStore {
     const auto it = index_.find(id);
     const uint64_t stored = it == index_.end() ? 0 : it->second.version;
     if (stored != expected) return SaveResult::Conflict;
-    const std::vector<uint8_t> data = encode(expected + 1, c);
+    const std::vector<uint8_t> data = encode_conversation(expected + 1, c);
     if (data.size() > max_) return SaveResult::TooLarge;
     const std::string final_path = path(id);
     const std::string temp = dir_ + "/" + kTempPrefix + std::to_string(::getpid()) + "-" +
@@ -251,16 +171,15 @@ class DirectoryStore final : public ConversationStore {
       if (!valid_conversation_id(id)) continue;
       struct stat st = {};
       if (::stat(full.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-      uint64_t version = 0;
       const int fd = ::open(full.c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) continue;
-      char head[sizeof kMagic + sizeof version];
-      const bool ok = ::read(fd, head, sizeof head) == static_cast<ssize_t>(sizeof head) &&
-                      std::memcmp(head, kMagic, sizeof kMagic) == 0;
+      uint8_t head[16];
+      const ssize_t got = ::read(fd, head, sizeof head);
       ::close(fd);
-      if (!ok) continue;
-      std::memcpy(&version, head + sizeof kMagic, sizeof version);
-      found.push_back({id, {version, static_cast<uint64_t>(st.st_size), 0}, st.st_mtim});
+      const std::optional<uint64_t> version =
+          record_version(head, got > 0 ? static_cast<size_t>(got) : 0);
+      if (!version) continue;
+      found.push_back({id, {*version, static_cast<uint64_t>(st.st_size), 0}, st.st_mtim});
     }
     ::closedir(d);
     std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
@@ -313,9 +232,9 @@ bool valid_conversation_id(std::string_view id) {
 }
 
 std::unique_ptr<ConversationStore> open_store(const std::string& spec, uint64_t max_bytes) {
+  if (spec.rfind("redis://", 0) == 0) return open_redis_store(parse_redis_url(spec), max_bytes);
   if (spec.find("://") != std::string::npos)
-    throw std::runtime_error("--store " + spec +
-                             ": only a directory store is built in (give a directory path)");
+    throw std::runtime_error("--store " + spec + ": give a directory path or a redis:// URL");
   return std::make_unique<DirectoryStore>(spec, max_bytes);
 }
 

@@ -103,7 +103,12 @@ void Metrics::render_own(std::string& out) const {
                 "Saves not made because another turn of the conversation saved first",
                 conversation_conflicts);
   render_metric(out, "photon_conversation_store_errors_total", "counter",
-                "Saves that failed in the store", conversation_store_errors);
+                "Loads and saves that failed in the store (unreachable, timed out, I/O)",
+                conversation_store_errors);
+  render_metric(
+      out, "photon_conversation_states_refused_total", "counter",
+      "Stored conversations refused (a damaged record, a state the model cannot continue)",
+      conversation_states_refused);
 }
 
 }  // namespace photon::serve

@@ -45,6 +45,7 @@ struct Metrics {
   uint64_t conversations_saved = 0;
   uint64_t conversation_conflicts = 0;  // a save that lost to a concurrent turn
   uint64_t conversation_store_errors = 0;
+  uint64_t conversation_states_refused = 0;  // a stored record or state that could not be used
 
   void render_own(std::string& out) const;
 };
