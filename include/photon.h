@@ -126,6 +126,8 @@ typedef enum photon_status {
   PHOTON_ERR_DEVICE = 24,              /* the compute device failed or is not available */
   PHOTON_ERR_BUSY = 25,                /* an engine's waiting queue is full: submit again later */
   PHOTON_ERR_TIMEOUT = 26,             /* nothing happened within the call's timeout */
+  PHOTON_ERR_NOT_FINITE = 27,          /* a weight or a computed value is NaN or infinite, or a
+                                          weight overflows the storage type it is written in */
   PHOTON_ERR_INTERNAL = 99             /* a bug: please report it with the message */
 } photon_status;
 
@@ -182,16 +184,22 @@ PHOTON_API photon_status photon_load_options_set_device(photon_load_options *opt
  * calling thread included (default 0: every core the process may run on; more than that counts as
  * that). A call computes on its own thread and takes up to threads - 1 idle helpers from one pool
  * the SDK starts on first need (cores - 1 threads, asleep when idle); with 1 it starts none. Every
- * parallel part of the computation honours it, the BLAS library included: the SDK runs OpenBLAS
- * single-threaded (on the first model load it sets OpenBLAS to one thread for the whole process)
- * and splits the work itself. Each call counts the limit on its own: several threads that each use
- * a model (or different models) at once use up to threads each, so an application that drives its
- * sessions from N threads of its own gives 1 to use N cores without oversubscribing. A model's
- * results (tokens, log-probabilities, saved states) are the same for every thread count.
- * OMP_NUM_THREADS and OPENBLAS_NUM_THREADS do not apply. Fails with PHOTON_ERR_INVALID_ARGUMENT for
- * a negative count. */
+ * parallel part of the computation honours it. Each call counts the limit on its own: several
+ * threads that each use a model (or different models) at once use up to threads each, so an
+ * application that drives its sessions from N threads of its own gives 1 to use N cores without
+ * oversubscribing. A model's results (tokens, log-probabilities, saved states) are the same for
+ * every thread count. OMP_NUM_THREADS does not apply. Fails with PHOTON_ERR_INVALID_ARGUMENT for a
+ * negative count. */
 PHOTON_API photon_status photon_load_options_set_threads(photon_load_options *options,
                                                          int32_t threads);
+
+/* Non-zero: photon_model_load also reads every weight once (default 0: loading maps the weights
+ * and reads only what it needs), and fails with PHOTON_ERR_NOT_FINITE, naming the tensor and the
+ * first element, where a weight is NaN or infinite (files written by photon_model_convert and
+ * photon_model_init_random never hold one; a file made by other means may), and with
+ * PHOTON_ERR_CORRUPT where the data section no longer matches the hash its header recorded when
+ * it was written. The cost is one read of the whole file. */
+PHOTON_API photon_status photon_load_options_set_verify(photon_load_options *options, int verify);
 
 /* Loads and fully verifies a .photon model file: the FlatBuffers header, every size against the
  * real file length, and the tensor set against the configuration (names, shapes, dtypes). Weights
@@ -200,11 +208,12 @@ PHOTON_API photon_status photon_load_options_set_threads(photon_load_options *op
  * the defaults. On success *out owns the model; free it with photon_model_free. Fails with
  * PHOTON_ERR_IO, _BAD_IDENTIFIER, _UNSUPPORTED_VERSION, _TRUNCATED, _CORRUPT, _SIZE_OVERFLOW,
  * _TENSOR_BOUNDS, _TENSOR_SHAPE, _TENSOR_SET, _BAD_CONFIG, _TOKENIZER, _CANCELLED or
- * _OUT_OF_MEMORY, with a message naming the file and, where one is at fault, the tensor. With
- * device "cuda" or "cuda:N" it fails with PHOTON_ERR_DEVICE when the GPU cannot be had, and the
- * message says what is missing: a CUDA build ("no CUDA build": libphoton-cuda.so is not installed),
- * the CUDA libraries the module needs ("no CUDA runtime"), a usable NVIDIA driver ("no CUDA
- * driver") or the device ("no CUDA device"). */
+ * _OUT_OF_MEMORY (and, with photon_load_options_set_verify, _NOT_FINITE), with a message naming
+ * the file and, where one is at fault, the tensor. With device "cuda" or "cuda:N" it fails with
+ * PHOTON_ERR_DEVICE when the GPU cannot be had, and the message says what is missing: the CUDA
+ * module ("no CUDA module": libphoton-cuda.so is neither beside libphoton nor at
+ * $PHOTON_CUDA_MODULE; a build without CUDA has none), the CUDA libraries the module needs ("no
+ * CUDA runtime"), a usable NVIDIA driver ("no CUDA driver") or the device ("no CUDA device"). */
 PHOTON_API photon_status photon_model_load(const char *path, const photon_load_options *options,
                                            photon_model **out);
 
@@ -253,6 +262,14 @@ PHOTON_API size_t photon_model_metadata_count(const photon_model *model);
 PHOTON_API photon_status photon_model_metadata_at(const photon_model *model, size_t index,
                                                   const char **key, const char **value);
 
+/* Copies the model's embedded tokenizer: the serialized sentencepiece model (a .model file's
+ * bytes, padded with unused pieces to the vocabulary size when the file was written), which
+ * photon_write_options_set_tokenizer_file takes back to write another model with the same token
+ * ids. If capacity is too small (buffer may then be NULL), returns PHOTON_ERR_BUFFER_TOO_SMALL
+ * with *size set to the bytes needed; otherwise *size receives the bytes written. */
+PHOTON_API photon_status photon_model_tokenizer_model(const photon_model *model, void *buffer,
+                                                      size_t capacity, size_t *size);
+
 /* Splits UTF-8 text (text_len bytes; need not be NUL-terminated) into token ids, with BOS first
  * when add_bos is non-zero. *n_tokens receives the number of ids. If capacity is too small (tokens
  * may then be NULL), nothing is written to tokens and the call returns PHOTON_ERR_BUFFER_TOO_SMALL
@@ -272,8 +289,14 @@ PHOTON_API photon_status photon_model_detokenize(const photon_model *model, cons
 
 /* Teacher-forced scoring: logprobs[i] = log p(tokens[i] | tokens[0..i-1]) for i >= 1, and
  * logprobs[0] = NaN (the first token, normally BOS, is not predicted). logprobs must hold n_tokens
- * floats. Thread-safe on a shared model. Fails with PHOTON_ERR_BAD_TOKEN, PHOTON_ERR_CONTEXT_FULL
- * (n_tokens above the model's context length) or PHOTON_ERR_INVALID_ARGUMENT (n_tokens == 0). */
+ * floats. A sequence longer than the model's context length is scored in sliding windows, as
+ * perplexity tools do: each window holds up to a context of tokens, windows start stride tokens
+ * apart (half the context here; photon_score_options_set_stride), and each scores the tokens
+ * after the previous window's end, so token i is then conditioned on the tokens before it in its
+ * window only (at least context - stride of them) and every token after the first is scored once.
+ * Thread-safe on a shared model. Fails with PHOTON_ERR_BAD_TOKEN, PHOTON_ERR_INVALID_ARGUMENT
+ * (n_tokens == 0) or PHOTON_ERR_NOT_FINITE (a log-probability is NaN or infinite: the model's
+ * weights hold a NaN or an infinity, or its activations overflow). */
 PHOTON_API photon_status photon_model_score(const photon_model *model, const int32_t *tokens,
                                             size_t n_tokens, float *logprobs);
 
@@ -487,6 +510,17 @@ PHOTON_API photon_status photon_session_options_set_repetition_penalty(
 /* Non-zero: do not stop at the end-of-sequence token (it is sampled like any other). */
 PHOTON_API photon_status photon_session_options_set_ignore_eos(photon_session_options *options,
                                                                int ignore_eos);
+/* Non-zero: generation goes on past a full context (default 0: it stops there with
+ * PHOTON_STOP_CONTEXT_FULL). When the session holds as many tokens as its context length, it keeps
+ * the last half of them, context_length / 2 tokens (rounded down), and prefills them again: from
+ * then on it is exactly a new session of the same settings that was prefilled with those tokens
+ * (caches rebuilt from them, the same draws at the same positions), and photon_session_position
+ * and photon_session_tokens count from that tail. Text delivered before the shift still counts
+ * for stop strings. Each shift costs a prefill of half the context, and the caches exist twice
+ * while it runs. A context of 1 token cannot shift and stops. The setting is not part of a saved
+ * state: a restored session has it off until photon_session_set_sampler turns it on. */
+PHOTON_API photon_status photon_session_options_set_context_shift(photon_session_options *options,
+                                                                  int context_shift);
 /* Adds a stop string (UTF-8, non-empty): generation stops once the generated text contains it. The
  * token that completes it is still delivered. */
 PHOTON_API photon_status photon_session_options_add_stop_string(photon_session_options *options,
@@ -547,6 +581,18 @@ PHOTON_API photon_status photon_score_options_set_mode(photon_score_options *opt
 PHOTON_API photon_status photon_score_options_set_prompt_tokens(photon_score_options *options,
                                                                 size_t n);
 
+/* The stride of the sliding windows that score a sequence longer than the model's context (see
+ * photon_model_score): window w covers tokens [w * stride, w * stride + context) (cut at the
+ * sequence's end) and scores those after window w - 1's end; a window after the first starts
+ * mid-text, without BOS, and in PHOTON_MODE_RECGEN its prompt is its part that the previous window
+ * scored. 1 <= stride < context; 0 (the default) means half the context, rounded down. A smaller
+ * stride gives each token more context and costs more windows: a sequence of n > context tokens
+ * takes 1 + ceil((n - context) / stride) of them. Fails with PHOTON_ERR_INVALID_ARGUMENT for a
+ * negative stride; one of the context or more fails in photon_model_score_with when windows are
+ * needed. */
+PHOTON_API photon_status photon_score_options_set_stride(photon_score_options *options,
+                                                         int32_t stride);
+
 /* photon_model_score under options (NULL: the defaults, which equal photon_model_score). Fails as
  * photon_model_score does, and with PHOTON_ERR_UNSUPPORTED for RecGen on a model without it. */
 PHOTON_API photon_status photon_model_score_with(const photon_model *model, const int32_t *tokens,
@@ -563,7 +609,8 @@ typedef int (*photon_token_callback)(void *user_data, int32_t token, const char 
 /* Generates up to max_tokens tokens after the session's current history, calling callback (may be
  * NULL) for each. Stops at the budget, at EOS (unless ignored; EOS is then not delivered and not
  * added to the history), at a stop string, when the callback returns non-zero, on
- * photon_session_cancel, or when the context is full; photon_session_stop_reason says which. Every
+ * photon_session_cancel, or when the context is full (unless the session shifts its context:
+ * photon_session_options_set_context_shift); photon_session_stop_reason says which. Every
  * delivered token is part of the history, so a later call continues from it. *n_generated (may be
  * NULL) receives the number of tokens delivered. The session must hold at least one token. A
  * cancelled call returns PHOTON_OK with stop reason PHOTON_STOP_CANCELLED. */
@@ -595,15 +642,15 @@ PHOTON_API photon_status photon_session_tokens(const photon_session *session, in
 PHOTON_API photon_status photon_session_kv_bytes(const photon_session *session, int32_t level,
                                                  uint64_t *encoder_bytes, uint64_t *window_bytes);
 
-/* Creates options holding the session's current settings (mode, context length, kv type and
- * sampler), so a caller can change some of them and apply the result with
+/* Creates options holding the session's current settings (mode, context length, kv type, sampler
+ * and context shift), so a caller can change some of them and apply the result with
  * photon_session_set_sampler. */
 PHOTON_API photon_status photon_session_get_options(const photon_session *session,
                                                     photon_session_options **out);
 
 /* Replaces the session's sampler settings (temperature, top-k/p, min-p, repetition penalty, seed,
- * ignore-EOS, stop strings) with those of options; mode and context length are not changed. Used
- * to override the settings of a restored session. */
+ * ignore-EOS, stop strings) and its context shift with those of options; mode, context length and
+ * kv type are not changed. Used to override the settings of a restored session. */
 PHOTON_API photon_status photon_session_set_sampler(photon_session *session,
                                                     const photon_session_options *options);
 

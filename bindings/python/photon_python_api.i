@@ -43,12 +43,15 @@ PHOTON_PYTHON_GETTER(photon_binding::Session, is_closed)
 %ignore photon_binding::Model::Model(const std::string &);
 %ignore photon_binding::Model::Model(const std::string &, const std::string &);
 %ignore photon_binding::Model::Model(const std::string &, int);
-%feature("shadow") photon_binding::Model::Model(const std::string &, const std::string &, int) %{
-    def __init__(self, path, device="cpu", threads=0):
+%ignore photon_binding::Model::Model(const std::string &, const std::string &, int);
+%feature("shadow")
+photon_binding::Model::Model(const std::string &, const std::string &, int, bool) %{
+    def __init__(self, path, device="cpu", threads=0, verify=False):
         """Loads and verifies a .photon file (str, bytes or os.PathLike), to run on device:
         "cpu" (the default), "cuda", "cuda:N" or "auto" (a GPU when one is usable); threads: the
-        most CPU threads one call computes with (0: every core)."""
-        _native.Model_swiginit(self, _native.new_Model(path, device, threads))
+        most CPU threads one call computes with (0: every core); verify: also read every weight,
+        refusing NaN, infinities and data changed since the file was written."""
+        _native.Model_swiginit(self, _native.new_Model(path, device, threads, verify))
 %}
 %feature("shadow") photon_binding::Model::tokenize %{
     def tokenize(self, text, add_bos=True):

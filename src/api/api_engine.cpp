@@ -80,6 +80,7 @@ serving::SessionSettings session_settings(const photon_model& model,
     s.mode = Mode::HierGen;
   s.kv_type = o.kv_type;
   s.sampler = o.sampler;
+  s.context_shift = o.context_shift;
   return s;
 }
 

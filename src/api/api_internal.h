@@ -28,6 +28,7 @@ struct photon_load_options {
   void* progress_user = nullptr;
   photon::DeviceChoice device;
   int32_t threads = 0;
+  bool verify = false;
 };
 
 struct photon_session_options {
@@ -35,11 +36,13 @@ struct photon_session_options {
   int32_t context_length = 0;
   photon::DType kv_type = photon::DType::F32;
   photon::SamplerConfig sampler;
+  bool context_shift = false;
 };
 
 struct photon_score_options {
   photon_mode mode = PHOTON_MODE_AUTO;
   size_t prompt_tokens = 1;
+  int32_t stride = 0;  // of the sliding windows; 0: half the model's context
 };
 
 struct photon_session {

@@ -152,6 +152,14 @@ photon_status photon_session_options_add_stop_string(photon_session_options* o, 
   });
 }
 
+photon_status photon_session_options_set_context_shift(photon_session_options* o,
+                                                       int context_shift) {
+  return guard([&] {
+    require(o, "photon_session_options_set_context_shift", "options is NULL");
+    o->context_shift = context_shift != 0;
+  });
+}
+
 photon_status photon_session_create(const photon_model* model,
                                     const photon_session_options* options, photon_session** out) {
   return guard([&] {
@@ -165,6 +173,7 @@ photon_status photon_session_create(const photon_model* model,
     handle->owner = model;
     handle->session =
         photon::Session::create(*model->model, s.mode, s.context, s.sampler, s.kv_type);
+    handle->session->context_shift = s.context_shift;
     *out = handle.release();
   });
 }
@@ -310,6 +319,7 @@ photon_status photon_session_get_options(const photon_session* session,
     o->context_length = session->session->context;
     o->kv_type = session->session->kv_type;
     o->sampler = session->session->sampler;
+    o->context_shift = session->session->context_shift;
     *out = o.release();
   });
 }
@@ -320,6 +330,7 @@ photon_status photon_session_set_sampler(photon_session* session,
     require(session, "photon_session_set_sampler", "session is NULL");
     require(options, "photon_session_set_sampler", "options is NULL");
     session->session->set_sampler(options->sampler, "photon_session_set_sampler");
+    session->session->context_shift = options->context_shift;
   });
 }
 

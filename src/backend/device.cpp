@@ -54,9 +54,10 @@ photon_backend_create_fn load_cuda_module() {
     }
   if (path.empty())
     fail(PHOTON_ERR_DEVICE,
-         "no CUDA build: this PHOTON has no CUDA backend (" PHOTON_CUDA_MODULE_NAME " is not at " +
+         "no CUDA module: the CUDA backend " PHOTON_CUDA_MODULE_NAME " is not at " +
              joined(candidates) +
-             "; build with -DPHOTON_CUDA=ON, or set PHOTON_CUDA_MODULE to the module's path)");
+             " (a build with CUDA installs it beside libphoton and packs it into the Python wheel "
+             "and the jar; a build without CUDA has none: configure with -DPHOTON_CUDA=ON)");
   const std::lock_guard<std::mutex> lock(mutex);
   if (auto found = loaded.find(path); found != loaded.end()) return found->second;
   dlerror();

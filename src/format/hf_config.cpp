@@ -2,10 +2,10 @@
 
 #include <cmath>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace photon {
 

@@ -211,6 +211,8 @@ bool Engine::admit_one(Request& r) {
     else
       session = Session::create(model_, spec.settings.mode, spec.settings.context,
                                 spec.settings.sampler, spec.settings.kv_type);
+    if (!paused && (spec.sampler_given || (!lent && spec.state.empty())))
+      session->context_shift = spec.settings.context_shift;
     if (!paused) {
       if (spec.sampler_given && (lent || !spec.state.empty()))
         session->set_sampler(spec.settings.sampler, kWho);

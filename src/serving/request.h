@@ -37,6 +37,7 @@ struct SessionSettings {
   int context = 0;
   DType kv_type = DType::F32;
   SamplerConfig sampler;
+  bool context_shift = false;
 };
 
 // What a request continues and consumes; checked by the C layer before it reaches the engine.

@@ -66,7 +66,7 @@ class Utf8Stream {
 std::string pad_tokenizer_model(const std::string& serialized_model, int32_t vocab_size,
                                 const std::string& origin);
 
-// The SDK's built-in tokenizer (models/tokenizer.model, compiled into the library).
+// The SDK's built-in tokenizer (src/tokenizer/builtin.model, compiled into the library).
 const std::string& builtin_tokenizer_model();
 
 }  // namespace photon

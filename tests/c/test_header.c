@@ -71,6 +71,7 @@ static void test_status_names(void) {
       {PHOTON_ERR_DEVICE, "PHOTON_ERR_DEVICE"},
       {PHOTON_ERR_BUSY, "PHOTON_ERR_BUSY"},
       {PHOTON_ERR_TIMEOUT, "PHOTON_ERR_TIMEOUT"},
+      {PHOTON_ERR_NOT_FINITE, "PHOTON_ERR_NOT_FINITE"},
       {PHOTON_ERR_INTERNAL, "PHOTON_ERR_INTERNAL"},
   };
   size_t i;
@@ -132,6 +133,10 @@ static void test_null_handling(void) {
   CHECK_STATUS(photon_model_load(NULL, NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_load_options_create(NULL), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_load_options_set_progress(NULL, NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_load_options_set_verify(NULL, 1), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_model_tokenizer_model(NULL, text, sizeof text, &n),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_score_options_set_stride(NULL, 4), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_write_options_create(NULL), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_write_options_set_dtype(NULL, PHOTON_DTYPE_F16), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_write_options_set_seed(NULL, 1), PHOTON_ERR_INVALID_ARGUMENT);
@@ -216,6 +221,8 @@ static void test_session_options(void) {
   CHECK_STATUS(photon_session_options_set_seed(options, 42), PHOTON_OK);
   CHECK_STATUS(photon_session_options_set_ignore_eos(NULL, 1), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_session_options_set_ignore_eos(options, 1), PHOTON_OK);
+  CHECK_STATUS(photon_session_options_set_context_shift(NULL, 1), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_session_options_set_context_shift(options, 1), PHOTON_OK);
 
   CHECK_STATUS(photon_session_options_add_stop_string(NULL, "x"), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_session_options_add_stop_string(options, NULL), PHOTON_ERR_INVALID_ARGUMENT);
@@ -537,6 +544,10 @@ static void test_model_round_trip(const char *scratch_dir) {
   CHECK_STATUS(photon_model_score(model, tokens, n + 1, logprobs), PHOTON_ERR_BAD_TOKEN);
   tokens[n] = -1;
   CHECK_STATUS(photon_model_score(model, tokens, n + 1, logprobs), PHOTON_ERR_BAD_TOKEN);
+
+  /* The embedded tokenizer, asked for its size first. */
+  CHECK_STATUS(photon_model_tokenizer_model(model, NULL, 0, &needed), PHOTON_ERR_BUFFER_TOO_SMALL);
+  CHECK(needed > 256);
 
   /* A session: prefill, generate, history. */
   CHECK_STATUS(photon_session_create(model, NULL, &session), PHOTON_OK);

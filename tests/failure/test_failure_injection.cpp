@@ -8,7 +8,7 @@
 // (which also checks that reporting an error does not itself need memory).
 //
 // Host allocations only: the global operator new of this executable is replaced. malloc from C
-// code (zlib, OpenBLAS, libomp) is not injected, and no GPU backend exists to inject into.
+// code (zlib, libomp) is not injected, and no GPU backend exists to inject into.
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <gtest/gtest.h>
