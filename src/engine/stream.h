@@ -32,6 +32,8 @@ struct Stream {
   std::string recent;  // the tail of the delivered text, for stop strings
   std::optional<Held> held;
   photon_stop_reason stop_reason = PHOTON_STOP_NONE;
+  // The last pull returned the token that completed a stop string: the next pull returns none.
+  bool string_stop_owed = false;
   photon_status broken = PHOTON_OK;
 
   // Throws the status of the failure that left the session unusable.
