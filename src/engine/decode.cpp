@@ -10,8 +10,6 @@ namespace photon {
 
 namespace {
 
-constexpr size_t kRecentText = 4096;  // bytes of delivered text kept for stop-string matching
-
 struct Task {
   Session* session = nullptr;
   const TokenSink* sink = nullptr;
@@ -89,7 +87,8 @@ void deliver(Task& t, const Tokenizer& tok) {
     st.recent += piece;
     const bool stop_string = !s.sampler.stop_strings.empty() &&
                              hits_stop_string(st.recent, before, s.sampler.stop_strings);
-    if (st.recent.size() > 2 * kRecentText) st.recent.erase(0, st.recent.size() - kRecentText);
+    if (st.recent.size() > 2 * Stream::kMaxStopString)
+      st.recent.erase(0, st.recent.size() - Stream::kMaxStopString);
     if (*t.sink && !(*t.sink)(sampled.token, piece, sampled.logprob))
       t.reason = PHOTON_STOP_CALLBACK;
     else if (stop_string)

@@ -27,6 +27,10 @@ struct Stream {
     std::string piece;
   };
 
+  // The longest stop string photon_session_options_add_stop_string accepts; `recent` always keeps
+  // at least this many bytes of the text before a new piece, all that such a string can span.
+  static constexpr size_t kMaxStopString = 4096;
+
   std::map<int64_t, Sampled> ahead;  // sampled at these positions, not delivered yet
   Utf8Stream utf8;
   std::string recent;  // the tail of the delivered text, for stop strings

@@ -228,6 +228,14 @@ static void test_session_options(void) {
   CHECK_STATUS(photon_session_options_add_stop_string(options, NULL), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_session_options_add_stop_string(options, ""), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_session_options_add_stop_string(options, "\n\n"), PHOTON_OK);
+  char longest[4098];
+  memset(longest, 'x', 4097);
+  longest[4097] = '\0';
+  CHECK_STATUS(photon_session_options_add_stop_string(options, longest),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK(contains(photon_last_error(), "4097 bytes"));
+  longest[4096] = '\0';
+  CHECK_STATUS(photon_session_options_add_stop_string(options, longest), PHOTON_OK);
 
   photon_session_options_free(options);
 }
