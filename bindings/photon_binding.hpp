@@ -471,7 +471,9 @@ class Session {
   std::string last_piece() const { return last_piece_; }
   float last_logprob() const { return logprob_; }
 
-  // Asks a running generate on this session to stop; callable from any thread.
+  // Asks the session to stop generating: a running generate at its next token, a pull loop
+  // (next_token) at its next pull, even when asked before the loop (photon_session_cancel).
+  // Callable from any thread.
   void cancel() { photon_session_cancel(session_.get()); }
 
   void set_sampler(const SessionOptions& options) {

@@ -10,8 +10,6 @@ namespace photon {
 
 namespace {
 
-constexpr size_t kRecentText = 4096;  // bytes of delivered text kept for stop-string matching
-
 struct Task {
   Session* session = nullptr;
   const TokenSink* sink = nullptr;
@@ -36,6 +34,13 @@ int32_t last_text_token(const Tokenizer& tok, const std::vector<int32_t>& histor
   return -1;
 }
 
+// A pending cancellation stops the task; the call it stops answers the request, which clears it.
+bool answers_cancel(Task& t) {
+  if (!t.session->cancel_requested.exchange(false)) return false;
+  t.reason = PHOTON_STOP_CANCELLED;
+  return true;
+}
+
 // A session whose history fills its context goes on after a context shift, when it has one
 // (Session::shift_context); the task's limit moves down with the positions. False: it stops.
 bool shift_context(Task& t) {
@@ -52,8 +57,8 @@ bool finished_before_sampling(Task& t) {
     t.reason = PHOTON_STOP_LENGTH;
   else if (t.delivered >= t.max_deliver)
     return true;
-  else if (t.session->cancel_requested.load(std::memory_order_relaxed))
-    t.reason = PHOTON_STOP_CANCELLED;
+  else if (answers_cancel(t))
+    return true;
   else if (next >= t.session->context && !shift_context(t))
     t.reason = PHOTON_STOP_CONTEXT_FULL;
   return t.reason != PHOTON_STOP_NONE;
@@ -67,6 +72,7 @@ void deliver(Task& t, const Tokenizer& tok) {
   for (auto it = st.ahead.find(static_cast<int64_t>(s.history.size()));
        it != st.ahead.end() && t.reason == PHOTON_STOP_NONE && t.delivered < t.max_deliver;
        it = st.ahead.find(static_cast<int64_t>(s.history.size()))) {
+    if (answers_cancel(t)) break;  // also between tokens sampled ahead
     const Stream::Sampled sampled = it->second;
     if (sampled.token == tok.eos() && !s.sampler.ignore_eos) {
       t.reason = PHOTON_STOP_EOS;  // EOS stays ahead: asking again stops again
@@ -81,7 +87,8 @@ void deliver(Task& t, const Tokenizer& tok) {
     st.recent += piece;
     const bool stop_string = !s.sampler.stop_strings.empty() &&
                              hits_stop_string(st.recent, before, s.sampler.stop_strings);
-    if (st.recent.size() > 2 * kRecentText) st.recent.erase(0, st.recent.size() - kRecentText);
+    if (st.recent.size() > 2 * Stream::kMaxStopString)
+      st.recent.erase(0, st.recent.size() - Stream::kMaxStopString);
     if (*t.sink && !(*t.sink)(sampled.token, piece, sampled.logprob))
       t.reason = PHOTON_STOP_CALLBACK;
     else if (stop_string)
@@ -201,8 +208,10 @@ void run(std::span<Task> tasks) {
   }
 }
 
-// Checks the sessions' rules, runs the tasks and records why each stopped.
-void run_checked(std::span<Task> tasks, std::string_view who, bool batch) {
+// Checks the sessions' rules, runs the tasks and records why each stopped. A call that starts a
+// generation discards a cancellation requested before it, and the stop owed to a pull loop; a
+// pull continues a loop and keeps the request.
+void run_checked(std::span<Task> tasks, std::string_view who, bool batch, bool starts) {
   std::vector<Session*> sessions;
   for (size_t i = 0; i < tasks.size(); ++i) {
     Session& s = *tasks[i].session;
@@ -213,7 +222,10 @@ void run_checked(std::span<Task> tasks, std::string_view who, bool batch) {
       fail(PHOTON_ERR_INVALID_ARGUMENT, subject + (batch ? " holds" : ": the session holds") +
                                             " no tokens; prefill at least BOS first");
     s.stream.require_nothing_held(subject);
-    s.cancel_requested.store(false);
+    if (starts) {
+      s.cancel_requested.store(false);
+      s.stream.string_stop_owed = false;
+    }
     sessions.push_back(&s);
   }
   changing(sessions, [&] { run(tasks); });
@@ -230,7 +242,7 @@ std::vector<int32_t> generate(std::span<Session* const> sessions, int32_t max_to
     tasks[i] = {&s, &sinks[i], static_cast<int64_t>(s.history.size()) + max_tokens, max_tokens};
   }
   if (tasks.empty()) return {};
-  run_checked(tasks, who, batch);
+  run_checked(tasks, who, batch, true);
   std::vector<int32_t> delivered;
   for (const Task& t : tasks) delivered.push_back(t.delivered);
   return delivered;
@@ -239,13 +251,18 @@ std::vector<int32_t> generate(std::span<Session* const> sessions, int32_t max_to
 const Stream::Held* next_token(Session& session, std::string_view who) {
   Stream& st = session.stream;
   if (!st.held) {
+    if (st.string_stop_owed) {  // stop_reason still says PHOTON_STOP_STRING
+      st.string_stop_owed = false;
+      return nullptr;
+    }
     const TokenSink sink = [&](int32_t token, std::string_view piece, float logprob) {
       st.held = Stream::Held{token, logprob, std::string(piece)};
       return true;
     };
     // Bounded by the context alone.
     Task task{&session, &sink, static_cast<int64_t>(session.history.size()) + session.context, 1};
-    run_checked({&task, 1}, who, false);
+    run_checked({&task, 1}, who, false, false);
+    st.string_stop_owed = task.reason == PHOTON_STOP_STRING;
     if (!st.held) return nullptr;
   }
   return &*st.held;

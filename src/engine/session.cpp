@@ -41,6 +41,28 @@ void Session::discard_ahead() {
   runner->rollback(*this);
 }
 
+namespace {
+
+// Runs a prefill of `sessions`: the text they generate next no longer continues the text before
+// it (stop strings are matched within it, and a pull loop that a stop string ended is over), and
+// a cancellation that stops the prefill is answered, so that it does not also stop the next call.
+template <typename Body>
+void prefilling(std::span<Session* const> sessions, Body&& body) {
+  for (Session* s : sessions) {
+    s->stream.recent.clear();
+    s->stream.string_stop_owed = false;
+  }
+  try {
+    changing(sessions, body);
+  } catch (const Error& e) {
+    if (e.status() == PHOTON_ERR_CANCELLED)
+      for (Session* s : sessions) s->cancel_requested.store(false);
+    throw;
+  }
+}
+
+}  // namespace
+
 void Session::check_prefill(std::span<const int32_t> tokens, std::string_view who) const {
   stream.require_usable(who);
   const int32_t v = model.config().vocab_size;
@@ -61,7 +83,7 @@ void Session::prefill(std::span<const int32_t> tokens, std::string_view who, flo
   cancel_requested.store(false);
   discard_ahead();
   Session* self = this;
-  changing({&self, 1}, [&] { runner->prefill(*this, tokens, logprobs); });
+  prefilling({&self, 1}, [&] { runner->prefill(*this, tokens, logprobs); });
 }
 
 void prefill_batch(std::span<Session* const> sessions,
@@ -72,7 +94,7 @@ void prefill_batch(std::span<Session* const> sessions,
     s->cancel_requested.store(false);
     s->discard_ahead();
   }
-  changing(sessions, [&] {
+  prefilling(sessions, [&] {
     std::vector<Session*> group;
     std::vector<std::span<const int32_t>> group_tokens;
     for (Mode mode : {Mode::HierGen, Mode::RecGen, Mode::Vanilla}) {

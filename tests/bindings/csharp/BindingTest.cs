@@ -96,6 +96,44 @@ static class BindingTest {
     }
   }
 
+  // Cancel() from another thread ends a pull loop (Tokens) at its next pull, with Cancelled. The
+  // loop waits at its third token until the other thread has cancelled, so that the request lands
+  // inside the loop however the threads are scheduled; every wait is bounded. A Cancel() made
+  // before a loop ends it at its first pull, and pulling again resumes.
+  static void TestCancelIterator(Model model) {
+    using (var endless = new SessionOptions().SetIgnoreEos(true))
+    using (var session = new Session(model, endless))
+    using (var alone = new Session(model, endless)) {
+      session.Prefill(Prompt);
+      alone.Prefill(Prompt);
+      var expected = alone.Tokens(8).Select(t => t.Id).ToList();
+      var third = new ManualResetEventSlim();
+      var cancelled = new ManualResetEventSlim();
+      var canceller = new Thread(() => {
+        if (third.Wait(TimeSpan.FromSeconds(60))) session.Cancel();
+        cancelled.Set();
+      });
+      canceller.Start();
+      var pulled = new List<int>();
+      foreach (var token in session.Tokens(200)) {  // a budget the cancellation must cut short
+        pulled.Add(token.Id);
+        if (pulled.Count == 3) {
+          third.Set();
+          Check(cancelled.Wait(TimeSpan.FromSeconds(60)), "the other thread cancelled in a minute");
+        }
+      }
+      third.Set();
+      canceller.Join();
+      Check(pulled.SequenceEqual(expected.Take(3)) && session.StopReason == StopReason.Cancelled,
+            $"Cancel() from another thread ends the loop: {pulled.Count}, {session.StopReason}");
+      session.Cancel();
+      Check(!session.Tokens(5).Any() && session.StopReason == StopReason.Cancelled,
+            "a Cancel() before a loop ends it at its first pull");
+      Check(session.Tokens(5).Select(t => t.Id).SequenceEqual(expected.Skip(3)),
+            "pulling again resumes");
+    }
+  }
+
   static void TestCallbackException(Model model) {
     using (var session = Prompted(model)) {
       int start = session.Position;
@@ -835,6 +873,8 @@ static class BindingTest {
           Console.WriteLine("ok TestStreaming");
           TestCancel(model);
           Console.WriteLine("ok TestCancel");
+          TestCancelIterator(model);
+          Console.WriteLine("ok TestCancelIterator");
           TestCallbackException(model);
           Console.WriteLine("ok TestCallbackException");
           TestBatch(model);

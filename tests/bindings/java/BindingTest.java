@@ -134,6 +134,49 @@ public final class BindingTest {
     }
   }
 
+  // cancel() from another thread ends a pull loop (tokens()) at its next pull, with CANCELLED. The
+  // loop waits at its third token until the other thread has cancelled, so that the request lands
+  // inside the loop however the threads are scheduled; every wait is bounded. A cancel() made
+  // before a loop ends it at its first pull, and pulling again resumes.
+  static void testCancelIterator(Model model) throws InterruptedException {
+    try (SessionOptions endless = new SessionOptions().setIgnoreEos(true);
+        Session session = new Session(model, endless);
+        Session alone = new Session(model, endless)) {
+      session.prefill(PROMPT);
+      alone.prefill(PROMPT);
+      List<Integer> expected = ids(alone.stream(8).collect(Collectors.toList()));
+      CountDownLatch third = new CountDownLatch(1);
+      CountDownLatch cancelled = new CountDownLatch(1);
+      Thread canceller = new Thread(() -> {
+        try {
+          if (third.await(60, TimeUnit.SECONDS)) session.cancel();
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+        }
+        cancelled.countDown();
+      });
+      canceller.start();
+      List<Integer> pulled = new ArrayList<>();
+      for (Token token : session.tokens(200)) { // a budget the cancellation must cut short
+        pulled.add(token.id());
+        if (pulled.size() == 3) {
+          third.countDown();
+          check(cancelled.await(60, TimeUnit.SECONDS), "the other thread cancelled in a minute");
+        }
+      }
+      third.countDown();
+      canceller.join();
+      check(pulled.equals(expected.subList(0, 3)) && session.stopReason() == StopReason.CANCELLED,
+          "cancel() from another thread ends the loop: " + pulled.size() + " tokens, "
+              + session.stopReason());
+      session.cancel();
+      check(session.stream(5).count() == 0 && session.stopReason() == StopReason.CANCELLED,
+          "a cancel() before a loop ends it at its first pull");
+      check(ids(session.stream(5).collect(Collectors.toList())).equals(expected.subList(3, 8)),
+          "pulling again resumes");
+    }
+  }
+
   static void testCallbackException(Model model) {
     try (Session session = prompted(model)) {
       int start = session.position();
@@ -920,6 +963,8 @@ public final class BindingTest {
           System.out.println("ok testStreaming");
           testCancel(model);
           System.out.println("ok testCancel");
+          testCancelIterator(model);
+          System.out.println("ok testCancelIterator");
           testCallbackException(model);
           System.out.println("ok testCallbackException");
           testBatch(model);

@@ -98,6 +98,43 @@ def test_cancel(model):
               f"cancel() from the callback: {count}, {session.stop_reason!r}")
 
 
+def test_cancel_iterator(model):
+    """cancel() from another thread ends a pull loop (tokens()) at its next pull, with
+    StopReason.CANCELLED. The loop waits at its third token until the other thread has cancelled,
+    so that the request lands inside the loop however the threads are scheduled; every wait is
+    bounded. A cancel() made before a loop ends it at its first pull, and pulling again resumes."""
+    endless = photon.SessionOptions().set_ignore_eos(True)
+    with photon.Session(model, endless) as session, photon.Session(model, endless) as alone:
+        session.prefill(PROMPT)
+        alone.prefill(PROMPT)
+        expected = [token.id for token in alone.tokens(8)]
+        third, cancelled = threading.Event(), threading.Event()
+
+        def cancel_at_third():
+            if third.wait(60):
+                session.cancel()
+            cancelled.set()
+
+        canceller = threading.Thread(target=cancel_at_third)
+        canceller.start()
+        pulled = []
+        for token in session.tokens(200):  # a budget the cancellation must cut short
+            pulled.append(token.id)
+            if len(pulled) == 3:
+                third.set()
+                check(cancelled.wait(60), "the other thread cancelled within a minute")
+        third.set()
+        canceller.join()
+        check(pulled == expected[:3] and session.stop_reason == photon.StopReason.CANCELLED,
+              f"cancel() from another thread ends the loop: {len(pulled)} tokens, "
+              f"{session.stop_reason!r}")
+        session.cancel()
+        check(list(session.tokens(5)) == [] and
+              session.stop_reason == photon.StopReason.CANCELLED,
+              "a cancel() before a loop ends it at its first pull")
+        check([token.id for token in session.tokens(5)] == expected[3:8], "pulling again resumes")
+
+
 class CallbackFailure(Exception):
     pass
 
@@ -914,7 +951,8 @@ def main(argv):
         workdir = argv[3]
         os.makedirs(workdir, exist_ok=True)
         with photon.Model(model_path) as model:
-            for test in (test_model, test_streaming, test_cancel, test_callback_exception,
+            for test in (test_model, test_streaming, test_cancel, test_cancel_iterator,
+                         test_callback_exception,
                          test_batch, test_score, test_kv_type, test_threads):
                 test(model)
                 print(f"ok {test.__name__}")
