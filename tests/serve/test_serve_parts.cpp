@@ -203,7 +203,7 @@ TEST(ServeRequest, ChatMessages) {
 TEST(ServeRequest, WrongTypesAndRangesNameTheField) {
   const std::string base = R"({"model":"m","prompt":"x",)";
   const struct {
-    const char* field;
+    std::string field;
     const char* param;
   } cases[] = {
       {R"("max_tokens":"16")", "max_tokens"},
@@ -218,6 +218,7 @@ TEST(ServeRequest, WrongTypesAndRangesNameTheField) {
       {R"("stop":5)", "stop"},
       {R"("stop":["a","b","c","d","e"])", "stop"},
       {R"("stop":[""])", "stop"},
+      {"\"stop\":\"" + std::string(4097, 'x') + "\"", "stop"},
       {R"("stream":"yes")", "stream"},
       {R"("stream_options":{"include_usage":true})", "stream_options"},
       {R"("logprobs":2)", "logprobs"},

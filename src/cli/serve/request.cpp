@@ -13,6 +13,8 @@ using nlohmann::json;
 
 constexpr int kMaxDepth = 32;  // JSON nesting any valid request stays far below
 constexpr size_t kMaxStopStrings = 4;
+// photon_session_options_add_stop_string matches stop strings of up to this many bytes.
+constexpr size_t kMaxStopBytes = 4096;
 
 std::string quote(const std::string& name) {
   return "'" + name + "'";
@@ -235,8 +237,14 @@ void parse_messages(const json& body, GenerationRequest& r) {
 void parse_stop(const json& body, Sampling& s) {
   const json* v = find(body, "stop");
   if (!v) return;
+  const auto add = [&](const std::string& text) {
+    if (text.size() > kMaxStopBytes)
+      throw bad_field("stop", "'stop' holds a string of " + std::to_string(text.size()) +
+                                  " bytes; at most " + std::to_string(kMaxStopBytes));
+    s.stop.push_back(text);
+  };
   if (v->is_string()) {
-    if (!v->get_ref<const std::string&>().empty()) s.stop.push_back(v->get<std::string>());
+    if (!v->get_ref<const std::string&>().empty()) add(v->get<std::string>());
     return;
   }
   if (!v->is_array()) throw wrong_type("stop", "a string or an array of strings", *v);
@@ -246,7 +254,7 @@ void parse_stop(const json& body, Sampling& s) {
   for (const json& stop : *v) {
     const std::string& text = string(stop, "stop");
     if (text.empty()) throw bad_field("stop", "'stop' holds an empty string");
-    s.stop.push_back(text);
+    add(text);
   }
 }
 
