@@ -790,7 +790,47 @@ void add_vanilla_cases(StateCases& s) {
       kCorrupt, "the last hidden state has the wrong size");
 }
 
+std::vector<uint8_t> saved_state(photon_model* model, photon_mode mode, int prompt_len,
+                                 int generate) {
+  auto check = [](photon_status status, const char* what) {
+    if (status != PHOTON_OK)
+      throw std::runtime_error(std::string("base state: ") + what + ": " + photon_last_error());
+  };
+  photon_session_options* options = nullptr;
+  check(photon_session_options_create(&options), "options");
+  photon_session_options_set_mode(options, mode);
+  photon_session_options_set_ignore_eos(options, 1);
+  photon_session* session = nullptr;
+  const photon_status created = photon_session_create(model, options, &session);
+  photon_session_options_free(options);
+  check(created, "create");
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < prompt_len; ++i) prompt.push_back(i == 0 ? 1 : 5 + (i * 37) % 300);
+  std::vector<uint8_t> state;
+  try {
+    check(photon_session_prefill(session, prompt.data(), prompt.size()), "prefill");
+    check(photon_session_generate(session, generate, nullptr, nullptr, nullptr), "generate");
+    size_t size = 0;
+    photon_session_save(session, nullptr, 0, &size);
+    state.resize(size);
+    check(photon_session_save(session, state.data(), state.size(), &size), "save");
+  } catch (...) {
+    photon_session_free(session);
+    throw;
+  }
+  photon_session_free(session);
+  return state;
+}
+
 }  // namespace
+
+StateBases base_states(photon_model* photon, photon_model* vanilla) {
+  StateBases bases;
+  bases.hiergen = saved_state(photon, PHOTON_MODE_HIERGEN, 5, 2);
+  bases.recgen = saved_state(photon, PHOTON_MODE_RECGEN, 5, 0);
+  bases.vanilla = saved_state(vanilla, PHOTON_MODE_AUTO, 4, 1);
+  return bases;
+}
 
 std::vector<DamageCase> damaged_model_files(const std::vector<uint8_t>& photon_file,
                                             const std::vector<uint8_t>& vanilla_file) {

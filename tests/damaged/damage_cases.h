@@ -33,6 +33,10 @@ enum StateModel { kPhotonModel = 0, kVanillaModel = 1 };
 struct StateBases {
   std::vector<uint8_t> hiergen, recgen, vanilla;
 };
+// The states the cases damage, saved from sessions of tiny_config(2) (B_1 = 2, B_2 = 4: histories
+// that leave every level with pending children, an open window and a filled top-level cache) and
+// of tiny_config(0). Throws std::runtime_error if a call fails.
+StateBases base_states(photon_model* photon, photon_model* vanilla);
 std::vector<DamageCase> damaged_session_states(const StateBases& bases);
 
 // A state rebuilt through the object API without any change, framed and hashed again.

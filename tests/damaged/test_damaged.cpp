@@ -37,36 +37,11 @@ class Damaged : public ::testing::Test {
       ASSERT_EQ(photon_model_load(paths[m].c_str(), nullptr, &models_[m]), PHOTON_OK)
           << photon_last_error();
     }
-    // tiny_config(2) has B_1 = 2 and B_2 = 4: these histories leave every level with pending
-    // children, an open window and a filled top-level cache.
-    bases_.hiergen = state_of(models_[kPhotonModel], PHOTON_MODE_HIERGEN, 5, 2);
-    bases_.recgen = state_of(models_[kPhotonModel], PHOTON_MODE_RECGEN, 5, 0);
-    bases_.vanilla = state_of(models_[kVanillaModel], PHOTON_MODE_AUTO, 4, 1);
+    bases_ = base_states(models_[kPhotonModel], models_[kVanillaModel]);
   }
   static void TearDownTestSuite() {
     for (photon_model*& m : models_) photon_model_free(m), m = nullptr;
     delete dir_;
-  }
-
-  static std::vector<uint8_t> state_of(photon_model* model, photon_mode mode, int prompt_len,
-                                       int generate) {
-    photon_session_options* options = nullptr;
-    photon_session_options_create(&options);
-    photon_session_options_set_mode(options, mode);
-    photon_session_options_set_ignore_eos(options, 1);
-    photon_session* session = nullptr;
-    EXPECT_EQ(photon_session_create(model, options, &session), PHOTON_OK) << photon_last_error();
-    photon_session_options_free(options);
-    std::vector<int32_t> prompt;
-    for (int i = 0; i < prompt_len; ++i) prompt.push_back(i == 0 ? 1 : 5 + (i * 37) % 300);
-    EXPECT_EQ(photon_session_prefill(session, prompt.data(), prompt.size()), PHOTON_OK);
-    EXPECT_EQ(photon_session_generate(session, generate, nullptr, nullptr, nullptr), PHOTON_OK);
-    size_t size = 0;
-    photon_session_save(session, nullptr, 0, &size);
-    std::vector<uint8_t> state(size);
-    EXPECT_EQ(photon_session_save(session, state.data(), state.size(), &size), PHOTON_OK);
-    photon_session_free(session);
-    return state;
   }
 
   // The tokens a restored state generates next, or an empty list if it is refused.
