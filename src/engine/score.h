@@ -6,7 +6,6 @@
 #include <span>
 
 #include "engine/model.h"
-#include "engine/workspace.h"
 
 namespace photon {
 
