@@ -39,7 +39,7 @@ struct DecodeTask {
 // one LM-head GEMM, feeds the tokens back, and delivers tokens to each task strictly in position
 // order through the stop rules (EOS, limit, context, stop strings, sink, cancel); the tasks that
 // stop leave the batch. Sessions of several modes may share a batch: it drives a runner of its
-// own for each mode (Runners), and no task state lives in a session.
+// own for each mode (Runners), and no task state lives in a runner.
 class DecodeBatch {
  public:
   explicit DecodeBatch(const Model& model) : model_(model), runners_(model) {}

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "engine/session_state.h"
 
 namespace photon {
 
@@ -11,10 +11,6 @@ namespace {
 
 using flatbuffers::FlatBufferBuilder;
 using flatbuffers::Offset;
-
-void expect(bool ok, const std::string& what) {
-  if (!ok) fail(PHOTON_ERR_CORRUPT, "session state: " + what);
-}
 
 // Copies of the tables that versions 1 and 2 share with version 3; absent stays absent.
 template <typename T>
@@ -59,8 +55,8 @@ Offset<flatbuffers::Vector<Offset<Out>>> copy_all(FlatBufferBuilder& b,
 
 const fb::v2::SessionState* v2_state(std::span<const uint8_t> buffer) {
   flatbuffers::Verifier verifier(buffer.data(), buffer.size(), 64, 1u << 22);
-  expect(fb::v2::VerifySizePrefixedSessionStateBuffer(verifier),
-         "the FlatBuffers verifier rejected the state");
+  StateReader::expect(fb::v2::VerifySizePrefixedSessionStateBuffer(verifier),
+                      "the FlatBuffers verifier rejected the state");
   return fb::v2::GetSizePrefixedSessionState(buffer.data());
 }
 
@@ -70,18 +66,18 @@ Mode v2_mode(const fb::v2::SessionState& state) {
     case fb::v2::SessionKind::RecGen: return Mode::RecGen;
     case fb::v2::SessionKind::Vanilla: return Mode::Vanilla;
   }
-  expect(false, "unknown session kind " + std::to_string(static_cast<int>(state.kind())));
-  return Mode::HierGen;
+  fail(PHOTON_ERR_CORRUPT,
+       "session state: unknown session kind " + std::to_string(static_cast<int>(state.kind())));
 }
 
 V2ModeTable::V2ModeTable(const fb::v2::SessionState& st, Mode mode, const ModelConfig& c) {
   const int64_t n = st.tokens()->size(), consumed = st.consumed();
-  expect(consumed >= 0 && consumed <= n && (mode != Mode::RecGen || consumed == n),
-         "the consumed count is invalid");
+  StateReader::expect(consumed >= 0 && consumed <= n && (mode != Mode::RecGen || consumed == n),
+                      "the consumed count is invalid");
   const std::string top_flag = "the top-level flag does not match the history";
   switch (mode) {
     case Mode::HierGen: {
-      expect(st.has_top() == (consumed >= c.block_tokens(c.num_levels())), top_flag);
+      StateReader::expect(st.has_top() == (consumed >= c.block_tokens(c.num_levels())), top_flag);
       const auto levels = copy_all<fb::LevelState>(
           b_, st.levels(), 0,
           [](FlatBufferBuilder& b, const fb::v2::LevelState* l) { return copy(b, l); });
@@ -95,7 +91,7 @@ V2ModeTable::V2ModeTable(const fb::v2::SessionState& st, Mode mode, const ModelC
       // The flag is checked where the open unit is valid; the runner refuses it otherwise.
       const int64_t start = st.group_start(), b2 = c.block_tokens(2);
       if (n >= 1 && start >= 0 && start % b2 == 0 && start <= n && n <= start + b2)
-        expect(st.has_top() == (start >= c.block_tokens(c.num_levels())), top_flag);
+        StateReader::expect(st.has_top() == (start >= c.block_tokens(c.num_levels())), top_flag);
       const auto top = copy(b_, st.top());
       const auto top_last = copy(b_, st.top_last());
       // Version 3 leaves out the two empty plans of levels 0 and 1.
@@ -113,9 +109,9 @@ V2ModeTable::V2ModeTable(const fb::v2::SessionState& st, Mode mode, const ModelC
     }
     case Mode::Vanilla: {
       const fb::v2::Cache* cache = st.cache();
-      expect(!cache || cache->len() == consumed,
-             "the KV cache holds " + std::to_string(cache ? cache->len() : 0) +
-                 " positions, expected " + std::to_string(consumed));
+      StateReader::expect(!cache || cache->len() == consumed,
+                          "the KV cache holds " + std::to_string(cache ? cache->len() : 0) +
+                              " positions, expected " + std::to_string(consumed));
       const auto copied = copy(b_, cache);
       const auto hidden = copy(b_, st.hidden());
       b_.Finish(fb::CreateVanillaState(b_, copied, hidden));
