@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace photon {
 

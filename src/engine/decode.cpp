@@ -1,6 +1,7 @@
 #include "engine/decode.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "engine/weights.h"
@@ -26,6 +27,12 @@ int32_t last_text_token(const Tokenizer& tok, const std::vector<int32_t>& histor
   return -1;
 }
 
+// A session whose history fills its context goes on after a context shift when it has one
+// (Session::shift_context, in DecodeBatch::step); otherwise it stops there.
+bool shifts_context(const Session& s) {
+  return s.context_shift && s.context >= 2;
+}
+
 // Stop rules that need no sampling; returns true when the task is finished.
 bool finished_before_sampling(DecodeTask& t) {
   if (t.reason != PHOTON_STOP_NONE) return true;
@@ -36,7 +43,7 @@ bool finished_before_sampling(DecodeTask& t) {
     return true;
   else if (t.session->cancel_requested.load(std::memory_order_relaxed))
     t.reason = PHOTON_STOP_CANCELLED;
-  else if (next >= t.session->context)
+  else if (next >= t.session->context && !shifts_context(*t.session))
     t.reason = PHOTON_STOP_CONTEXT_FULL;
   return t.reason != PHOTON_STOP_NONE;
 }
@@ -118,16 +125,18 @@ std::vector<DecodeTask> DecodeBatch::step() {
   take_finished(finished);
   if (tasks_.empty()) return finished;
   const Tokenizer& tok = model_.tokenizer();
-  // Sessions whose next position has not been sampled yet.
   active_.clear();
-  sampling_.clear();
-  for (DecodeTask& t : tasks_) {
-    active_.push_back(t.session);
-    if (!t.session->stream.ahead.count(static_cast<int64_t>(t.session->history.size())))
-      sampling_.push_back(&t);
-  }
+  for (DecodeTask& t : tasks_) active_.push_back(t.session);
   try {
     changing(active_, [&] {
+      sampling_.clear();
+      for (DecodeTask& t : tasks_) {
+        Session& s = *t.session;
+        // take_finished kept a full session only if it shifts; the limit moves with the positions.
+        if (static_cast<int64_t>(s.history.size()) >= s.context) t.limit -= s.shift_context();
+        // Sessions whose next position has not been sampled yet.
+        if (!s.stream.ahead.count(static_cast<int64_t>(s.history.size()))) sampling_.push_back(&t);
+      }
       if (!sampling_.empty()) sample_lanes(sampling_);
       for (DecodeTask& t : tasks_)
         if (t.reason == PHOTON_STOP_NONE && t.delivered < t.max_deliver) deliver(t, tok);
@@ -190,6 +199,14 @@ void DecodeBatch::sample_lanes(const std::vector<DecodeTask*>& sampling) {
   std::vector<int32_t> sampled(n_lanes);
   std::vector<float> logprobs(n_lanes);
   b.sample(logits, requests, sampled.data(), logprobs.data());
+  // A token's logprob is its logit minus the log-sum-exp of the whole row, so a NaN or +infinity
+  // anywhere in the row (or a row of -infinity) makes it NaN: one check per lane covers its row.
+  for (size_t i = 0; i < n_lanes; ++i)
+    if (!std::isfinite(logprobs[i]))
+      fail(PHOTON_ERR_NOT_FINITE,
+           "the logits of position " + std::to_string(requests[i].position) +
+               " are not finite: the model's weights hold a NaN or an infinity (which "
+               "photon_load_options_set_verify finds) or its activations overflow");
   size_t r = 0;
   for (size_t i = 0; i < sampling.size(); ++i)
     for (const Lane& lane : lanes_[i]) {
@@ -208,6 +225,7 @@ std::vector<int32_t> generate(std::span<Session* const> sessions, int32_t max_to
   DecodeBatch decode(sessions[0]->model);
   for (size_t i = 0; i < sessions.size(); ++i) {
     Session& s = *sessions[i];
+    decode.borrow_runner(s);  // every task stays until the loop ends
     decode.add(s, sinks[i], static_cast<int64_t>(s.history.size()) + max_tokens, max_tokens);
   }
   std::vector<int32_t> delivered(sessions.size());
@@ -225,6 +243,7 @@ const Stream::Held* next_token(Session& session, std::string_view who) {
       return true;
     };
     DecodeBatch decode(session.model);
+    decode.borrow_runner(session);
     // Bounded by the context alone.
     decode.add(session, std::move(sink),
                static_cast<int64_t>(session.history.size()) + session.context, 1);

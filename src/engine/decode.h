@@ -35,14 +35,22 @@ struct DecodeTask {
 
 // Sessions of one model generating together. Each task is a session (in at most one task) with
 // its sink, a position limit and a number of tokens to deliver; tasks join and leave between
-// steps. A step catches every session's caches up, samples every ready lane of every session with
-// one LM-head GEMM, feeds the tokens back, and delivers tokens to each task strictly in position
-// order through the stop rules (EOS, limit, context, stop strings, sink, cancel); the tasks that
-// stop leave the batch. Sessions of several modes may share a batch: it drives a runner of its
-// own for each mode (Runners), and no task state lives in a runner.
+// steps. A step shifts the context of each full session that has the context shift on, catches
+// every session's caches up, samples every ready lane of every session with one LM-head GEMM,
+// feeds the tokens back, and delivers tokens to each task strictly in position order through the
+// stop rules (EOS, limit, context, stop strings, sink, cancel); the tasks that stop leave the
+// batch. Sessions of several modes may share a batch: it drives a runner for each mode (Runners),
+// its own or one a session lent (borrow_runner); no task state lives in a runner.
 class DecodeBatch {
  public:
   explicit DecodeBatch(const Model& model) : model_(model), runners_(model) {}
+
+  // Drives the session's mode with the session's own runner (Runners::borrow) rather than one of
+  // the batch's own, so that a loop of short calls (the serving engine steps one token at a time)
+  // reuses the scratch grown by the calls before it. Only for a session whose task, once added,
+  // stays until the batch is no longer stepped: remove() would hand the session back while the
+  // batch still uses its runner. Before its task is added.
+  void borrow_runner(Session& session) { runners_.borrow(session); }
 
   // A task for a session of this model that require_decodable accepts: up to max_deliver tokens,
   // none at or beyond position `limit`, each given to `sink` (may be empty). A cancellation

@@ -50,10 +50,18 @@ std::unique_ptr<Runner> make_runner(Mode mode, const Model& model) {
   fail(PHOTON_ERR_INTERNAL, "make_runner: unknown mode");
 }
 
+void Runners::borrow(Session& session) {
+  Runner*& runner = runners_[static_cast<size_t>(session.mode)];
+  if (!runner) runner = session.runner.get();
+}
+
 Runner& Runners::of(Mode mode) {
-  std::unique_ptr<Runner>& runner = runners_[static_cast<size_t>(mode)];
-  if (!runner) runner = make_runner(mode, model_);
-  return *runner;
+  const size_t i = static_cast<size_t>(mode);
+  if (!runners_[i]) {
+    owned_[i] = make_runner(mode, model_);
+    runners_[i] = owned_[i].get();
+  }
+  return *runners_[i];
 }
 
 }  // namespace photon

@@ -101,16 +101,21 @@ class Runner {
 // The runner of `mode` for a model (which outlives it).
 std::unique_ptr<Runner> make_runner(Mode mode, const Model& model);
 
-// A runner of each mode, made when first asked for: the runners of a batch whose sessions may be
-// of several modes, with scratch memory of their own.
+// A runner of each mode: the runners of a batch whose sessions may be of several modes. Each is
+// made, with scratch memory of its own, when first asked for, unless a session lent its own.
 class Runners {
  public:
   explicit Runners(const Model& model) : model_(model) {}
+  // Serves the session's mode with the session's own runner (Session::runner) if that mode has no
+  // runner yet, so that the scratch it grew in earlier calls is reused. Only while no other
+  // thread can use that session.
+  void borrow(Session& session);
   Runner& of(Mode mode);
 
  private:
   const Model& model_;
-  std::array<std::unique_ptr<Runner>, std::size(kModes)> runners_;
+  std::array<std::unique_ptr<Runner>, std::size(kModes)> owned_;
+  std::array<Runner*, std::size(kModes)> runners_{};
 };
 
 }  // namespace photon

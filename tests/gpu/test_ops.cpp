@@ -1,5 +1,5 @@
-// Elementwise and row ops on the device against their CPU counterparts in src/backend/cpu: RMSNorm, RoPE,
-// SwiGLU, embedding gather, storage conversion and the linear chunker.
+// Elementwise and row ops on the device against their CPU counterparts in src/backend/cpu: RMSNorm,
+// RoPE, SwiGLU, embedding gather, storage conversion and the linear chunker.
 #include "backend/cpu/linear.h"
 #include "backend/cpu/rmsnorm.h"
 #include "backend/cpu/rope.h"

@@ -64,9 +64,7 @@ int cols_of(const Tensor& t) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(int threads) : threads_(threads > 0 ? threads : available_cores()) {
-  use_blas_single_threaded();
-}
+CpuBackend::CpuBackend(int threads) : threads_(threads > 0 ? threads : available_cores()) {}
 
 std::unique_ptr<Buffer> CpuBackend::allocate(size_t bytes, std::string_view) {
   return std::make_unique<HostBuffer>(this, bytes, memory_);

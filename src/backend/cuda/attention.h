@@ -19,8 +19,8 @@
 namespace photon::cuda {
 
 // Query rows [row0, row0 + rows) sit at positions start .. start + rows - 1 of one sequence whose
-// cache k, v holds [start + rows, kv_heads * head_dim] values of the cache's dtype (f32, bf16, f16),
-// position 0 first (one layer of a DeviceKvCache). Row i attends to keys 0 .. start + i.
+// cache k, v holds [start + rows, kv_heads * head_dim] values of the cache's dtype (f32, bf16,
+// f16), position 0 first (one layer of a DeviceKvCache). Row i attends to keys 0 .. start + i.
 // Segments passed to a launch cover ascending, non-overlapping row ranges.
 struct AttentionSegment {
   int row0 = 0;

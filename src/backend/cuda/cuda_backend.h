@@ -42,7 +42,8 @@ struct CudaOptions {
   bool exact_f32 = false;  // DeviceChoice::exact_f32
 };
 
-class CudaBackend final : public Backend {
+// Not final: the module derives the backend it hands to libphoton from it (module.cpp).
+class CudaBackend : public Backend {
  public:
   explicit CudaBackend(const CudaOptions& options);
   ~CudaBackend() override;
