@@ -94,19 +94,24 @@ void prefill_batch(std::span<Session* const> sessions,
     s->cancel_requested.store(false);
     s->discard_ahead();
   }
+  if (sessions.empty()) return;
+  Runners runners(sessions[0]->model);
+  for (Session* s : sessions) {
+    runners.borrow(*s);  // the sessions are this call's until it returns
+    runners.of(s->mode);
+  }
+  std::vector<Session*> group;
+  std::vector<std::span<const int32_t>> group_tokens;
   prefilling(sessions, [&] {
-    std::vector<Session*> group;
-    std::vector<std::span<const int32_t>> group_tokens;
-    for (Mode mode : {Mode::HierGen, Mode::RecGen, Mode::Vanilla}) {
+    by_mode(sessions, [&](Mode mode, std::span<const size_t> indices) {
       group.clear();
       group_tokens.clear();
-      for (size_t i = 0; i < sessions.size(); ++i) {
-        if (sessions[i]->mode != mode) continue;
+      for (size_t i : indices) {
         group.push_back(sessions[i]);
         group_tokens.push_back(tokens[i]);
       }
-      if (!group.empty()) group[0]->runner->prefill_batch(group, group_tokens);
-    }
+      runners.of(mode).prefill_batch(group, group_tokens);
+    });
   });
 }
 
