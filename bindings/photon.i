@@ -10,7 +10,9 @@
  * Whitelist: SWIG reads only photon_binding.hpp, a small C++ layer over include/photon.h. Its
  * classes (Model, Session, SessionOptions, TokenListener, BatchListener, the Mode / StopReason
  * enums, all in the namespace photon_binding) and SessionVector (the sessions of a batch) are the
- * whole surface; nothing of photon.h is wrapped directly.
+ * whole surface; nothing of photon.h is wrapped directly. The serving engine adds Engine,
+ * EngineOptions, Request, RequestOptions, the RequestState enum and the RequestStats / EngineStats
+ * snapshots (read-only).
  */
 
 %{
@@ -39,10 +41,26 @@ PHOTON_FUNCTION_NAMES
 %newobject photon_binding::Session::restore;
 %newobject photon_binding::Session::restore_file;
 
+/* submit() and take_session() create the request and the session the caller then owns. */
+%newobject photon_binding::Engine::submit;
+%newobject photon_binding::Request::take_session;
+/* Requests come from Engine::submit only, statistics from stats(). */
+%nodefaultctor photon_binding::Request;
+%nodefaultctor photon_binding::RequestStats;
+%nodefaultctor photon_binding::EngineStats;
+
 /* A method called on an object that was closed (its native part deleted) raises the language's
  * use-after-close error instead of dereferencing NULL. */
 PHOTON_CLOSED_CHECK(photon_binding::Model, "model")
 PHOTON_CLOSED_CHECK(photon_binding::Session, "session")
 PHOTON_CLOSED_CHECK(photon_binding::SessionOptions, "session options")
+PHOTON_CLOSED_CHECK(photon_binding::EngineOptions, "engine options")
+PHOTON_CLOSED_CHECK(photon_binding::RequestOptions, "request options")
+/* Engine and Request are closed through their own close(), which other threads' calls may overlap
+ * (a request is typically cancelled or closed while another thread waits on it): each language's
+ * close / Dispose calls it, and only the collector deletes the native object. */
 
+/* The only variables are the fields of the statistics snapshots: read-only. */
+%immutable;
 %include "photon_binding.hpp"
+%mutable;

@@ -23,6 +23,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -113,7 +114,8 @@ enum class StopReason {
   STOP_STRING = 3,
   CALLBACK = 4,
   CANCELLED = 5,
-  CONTEXT_FULL = 6
+  CONTEXT_FULL = 6,
+  ERROR = 7
 };
 
 #ifndef SWIG
@@ -333,6 +335,10 @@ class Model {
 // read.
 class Session {
  public:
+  // The engine takes a session over (submit) and a finished request gives one back.
+  friend class Engine;
+  friend class Request;
+
   explicit Session(const Model& model) : Session(model, nullptr) {}
   Session(const Model& model, const SessionOptions& options) : Session(model, &options) {}
 
@@ -465,7 +471,9 @@ class Session {
   std::string last_piece() const { return last_piece_; }
   float last_logprob() const { return logprob_; }
 
-  // Asks a running generate on this session to stop; callable from any thread.
+  // Asks the session to stop generating: a running generate at its next token, a pull loop
+  // (next_token) at its next pull, even when asked before the loop (photon_session_cancel).
+  // Callable from any thread.
   void cancel() { photon_session_cancel(session_.get()); }
 
   void set_sampler(const SessionOptions& options) {
@@ -605,6 +613,565 @@ class Session {
   std::vector<char> piece_ = std::vector<char>(64);
   std::string last_piece_;
   float logprob_ = 0.0f;
+#endif
+};
+
+// ---- Serving many requests: the engine (photon.h, "Serving many requests") ----------------------
+//
+// Ownership: a Request keeps its engine's native part alive, and an Engine (like a Session) its
+// model's, so that any of them may be closed or collected first; the native engine goes, stopping
+// its worker, once neither the Engine nor any of its requests holds it. A request's token listener
+// is owned by the request and deleted after the library's last call to it.
+
+// Values mirror photon_request_state (checked below).
+enum class RequestState { WAITING = 0, RUNNING = 1, PAUSED = 2, FINISHED = 3 };
+
+#ifndef SWIG
+static_assert(static_cast<int>(StopReason::ERROR) == PHOTON_STOP_ERROR);
+static_assert(static_cast<int>(RequestState::FINISHED) == PHOTON_REQUEST_FINISHED);
+#endif
+
+// A request's statistics at one moment (photon_request_stat); times not reached yet are NaN.
+struct RequestStats {
+  std::int64_t prompt_tokens = 0;     // prompt tokens consumed
+  std::int64_t reused_tokens = 0;     // tokens of the continued state or session
+  std::int64_t generated_tokens = 0;  // tokens delivered
+  std::int64_t pauses = 0;            // times paused for the memory budget
+  double queue_seconds = 0;           // from submit to admission
+  double first_token_seconds = 0;     // from submit to the first delivered token
+  double decode_seconds = 0;          // from the first token to the end (or now)
+  double paused_seconds = 0;          // time spent paused
+};
+
+// An engine's statistics at one moment (photon_engine_stat).
+struct EngineStats {
+  std::int64_t waiting = 0;           // requests waiting for admission now
+  std::int64_t running = 0;           // requests running now
+  std::int64_t paused = 0;            // requests paused now
+  std::int64_t submitted = 0;         // requests accepted, in all
+  std::int64_t refused = 0;           // submissions refused as busy, in all
+  std::int64_t finished = 0;          // requests ended (any reason), in all
+  std::int64_t failed = 0;            // of those, ended by an error
+  std::int64_t cancelled = 0;         // of those, cancelled
+  std::int64_t prompt_tokens = 0;     // prompt tokens consumed, in all
+  std::int64_t reused_tokens = 0;     // tokens continued from sessions or states, in all
+  std::int64_t generated_tokens = 0;  // tokens delivered, in all
+  std::int64_t pauses = 0;            // times a request was paused, in all
+  std::int64_t steps = 0;             // steps that did work, in all
+  std::uint64_t memory_in_use = 0;    // bytes the requests' sessions hold now
+  std::uint64_t memory_peak = 0;      // the most of those at any time
+  double tokens_per_second = 0;       // tokens delivered per second over the last 10 seconds
+};
+
+#ifndef SWIG
+namespace detail {
+
+// The engine whose token callback runs on this thread, if any: a call that would wait for that
+// engine's step (wait, next_token, stop) fails instead of waiting forever, and the engine is not
+// freed on its own worker thread.
+inline thread_local const photon_engine* delivering = nullptr;
+
+class DeliveringScope {
+ public:
+  explicit DeliveringScope(const photon_engine* engine) : outer_(delivering) {
+    delivering = engine;
+  }
+  ~DeliveringScope() { delivering = outer_; }
+  DeliveringScope(const DeliveringScope&) = delete;
+  DeliveringScope& operator=(const DeliveringScope&) = delete;
+
+ private:
+  const photon_engine* outer_;
+};
+
+inline void not_delivering(const photon_engine* engine, const char* call) {
+  if (delivering == engine) {
+    throw PhotonError(PHOTON_ERR_INVALID_ARGUMENT,
+                      std::string("photon: ") + call +
+                          " inside a token callback of the same engine would wait for the step "
+                          "the callback is part of");
+  }
+}
+
+// Frees an engine and then lets go of its model. On the engine's own worker thread (the last
+// reference dropped inside one of its token callbacks) the worker cannot join itself: another
+// thread frees it once the callback has returned.
+struct EngineFree {
+  std::shared_ptr<photon_model> model;
+  void operator()(photon_engine* engine) const {
+    if (delivering != engine) {
+      photon_engine_free(engine);
+      return;
+    }
+    try {
+      std::thread([engine, model = model] { photon_engine_free(engine); }).detach();
+    } catch (const std::system_error&) {
+      // No thread to be had: the engine stays (freeing it here would deadlock).
+    }
+  }
+};
+
+// The user data of a request's C callback: the listener (owned) and an exception it threw.
+class Delivery : public std::enable_shared_from_this<Delivery> {
+ public:
+  Delivery(const photon_engine* engine, std::unique_ptr<TokenListener> listener)
+      : engine_(engine), listener_(std::move(listener)) {}
+
+  static int deliver(void* user_data, std::int32_t token, const char* piece, std::size_t piece_len,
+                     float logprob) {
+    Delivery& self = *static_cast<Delivery*>(user_data);
+    const DeliveringScope scope(self.engine_);  // declared first: it ends after `hold`
+    // Held for the call: a request closed from its own callback deletes its listener only after
+    // the callback has returned.
+    const std::shared_ptr<Delivery> hold = self.shared_from_this();
+    try {
+      return self.listener_->on_token(token, std::string(piece, piece_len), logprob) ? 0 : 1;
+    } catch (...) {  // no exception may cross the C library: keep the first for wait()
+      std::lock_guard<std::mutex> lock(self.mutex_);
+      if (!self.error_) self.error_ = std::current_exception();
+      return 1;
+    }
+  }
+
+  std::exception_ptr error() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return error_;
+  }
+
+ private:
+  const photon_engine* engine_;
+  std::unique_ptr<TokenListener> listener_;
+  mutable std::mutex mutex_;
+  std::exception_ptr error_;
+};
+
+}  // namespace detail
+#endif  // SWIG
+
+// Settings of an engine: the most requests that run at once (max_running, default 64) and that
+// wait (max_waiting, default 1024; a submit beyond it fails as busy), the memory budget of the
+// running requests in bytes (0, the default: none) and the most prompt tokens a step consumes
+// (step_tokens, default 512). May be discarded once an engine was created from it.
+class EngineOptions {
+ public:
+  EngineOptions() {
+    photon_engine_options* raw = nullptr;
+    detail::check(photon_engine_options_create(&raw));
+    options_.reset(raw);
+  }
+  EngineOptions& set_max_running(int max_running) {
+    detail::check(photon_engine_options_set_max_running(get(), max_running));
+    return *this;
+  }
+  EngineOptions& set_max_waiting(int max_waiting) {
+    detail::check(photon_engine_options_set_max_waiting(get(), max_waiting));
+    return *this;
+  }
+  EngineOptions& set_memory_budget(std::uint64_t bytes) {
+    detail::check(photon_engine_options_set_memory_budget(get(), bytes));
+    return *this;
+  }
+  EngineOptions& set_step_tokens(int step_tokens) {
+    detail::check(photon_engine_options_set_step_tokens(get(), step_tokens));
+    return *this;
+  }
+
+#ifndef SWIG
+  photon_engine_options* get() const {
+    return options_.get();
+  }
+#endif
+
+ private:
+  struct Free {
+    void operator()(photon_engine_options* options) const { photon_engine_options_free(options); }
+  };
+  std::unique_ptr<photon_engine_options, Free> options_;
+};
+
+// What a request asks for: a prompt (token ids, or text tokenized at submit with BOS first unless
+// the request continues a state or a session), a saved state or a session to continue, session
+// options (the sampler of a continued one), and the most tokens to generate (-1, the default: up to
+// the context). Everything is copied when set, except the session: it must stay open until submit,
+// which takes it over (the Session is closed then; Request::take_session gives it back). Serves one
+// submit at a time.
+class RequestOptions {
+ public:
+  RequestOptions() {
+    photon_request_options* raw = nullptr;
+    detail::check(photon_request_options_create(&raw));
+    options_.reset(raw);
+  }
+  RequestOptions& set_prompt(const TokenIds& tokens) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    detail::check(photon_request_options_set_prompt(options_.get(), tokens.data(), tokens.size()));
+    text_ = false;
+    return *this;
+  }
+  RequestOptions& set_prompt_text(const std::string& text) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    detail::check(
+        photon_request_options_set_prompt_text(options_.get(), text.data(), text.size(), 1));
+    text_ = true;
+    prompt_text_ = text;
+    return *this;
+  }
+  RequestOptions& set_state(const Bytes& state) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    detail::check(photon_request_options_set_state(options_.get(), state.data(), state.size()));
+    continues_state_ = !state.empty();
+    return *this;
+  }
+  RequestOptions& set_session(Session& session) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    session_ = &session;
+    return *this;
+  }
+  RequestOptions& set_options(const SessionOptions& options) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    detail::check(photon_request_options_set_session_options(options_.get(), options.get()));
+    return *this;
+  }
+  RequestOptions& set_max_tokens(int max_tokens) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    detail::check(photon_request_options_set_max_tokens(options_.get(), max_tokens));
+    return *this;
+  }
+
+ private:
+  friend class Engine;
+
+  struct Free {
+    void operator()(photon_request_options* options) const { photon_request_options_free(options); }
+  };
+  mutable std::mutex mutex_;  // guards what follows; held through a submit
+  std::unique_ptr<photon_request_options, Free> options_;
+  bool text_ = false;  // the prompt is prompt_text_, whose BOS submit decides
+  std::string prompt_text_;
+  bool continues_state_ = false;
+  Session* session_ = nullptr;
+};
+
+// One request of an engine. close() (or the garbage collector) frees it, cancelling it if it has
+// not finished; it keeps its engine alive until then. Any thread may call, at any time; tokens are
+// pulled (next_token) by one thread at a time.
+class Request {
+ public:
+  // Cancels an unfinished request and releases it; calls running on other threads finish first.
+  // Idempotent.
+  void close() {
+    std::shared_ptr<Handle> released;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      released.swap(handle_);
+    }
+    if (released) photon_request_cancel(released->request.get());
+  }
+  bool is_closed() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !handle_;
+  }
+
+  // Asks the request to end (at the engine's next step, PHOTON_STOP_CANCELLED); any thread.
+  void cancel() { photon_request_cancel(handle()->request.get()); }
+
+  RequestState state() const {
+    return static_cast<RequestState>(photon_request_get_state(handle()->request.get()));
+  }
+  // Why the request ended; NONE while it has not.
+  StopReason stop_reason() const {
+    return static_cast<StopReason>(photon_request_stop_reason(handle()->request.get()));
+  }
+  // The error that ended the request (stop reason ERROR): its photon_status (0 if none), the
+  // status's name and the library's message ("" if none).
+  int error_status() const { return photon_request_status(handle()->request.get()); }
+  std::string error_status_name() const {
+    return photon_status_name(static_cast<photon_status>(error_status()));
+  }
+  std::string error_message() const { return photon_request_error(handle()->request.get()); }
+
+  // Waits until the request has finished, at most timeout_ms milliseconds (-1: no limit); false
+  // when it has not by then. Once it has, an exception its token listener threw is rethrown here.
+  bool wait(int timeout_ms) {
+    const std::shared_ptr<Handle> h = handle();
+    if (timeout_ms != 0) detail::not_delivering(h->engine.get(), "waiting for a request");
+    const photon_status status = photon_request_wait(h->request.get(), timeout_ms);
+    if (status == PHOTON_ERR_TIMEOUT) return false;
+    detail::check(status);
+    if (h->delivery) {
+      if (const std::exception_ptr error = h->delivery->error()) std::rethrow_exception(error);
+    }
+    return true;
+  }
+
+  // Pull-style delivery, for a request submitted without a listener: the next token's id, waiting
+  // at most timeout_ms milliseconds (-1: no limit; PhotonError PHOTON_ERR_TIMEOUT when none came),
+  // or -1 once the request has finished and every token was taken. A request that ended by an
+  // error throws it then. last_piece() and last_logprob() describe the token just returned.
+  int next_token(int timeout_ms) {
+    const std::shared_ptr<Handle> h = handle();
+    if (timeout_ms != 0) detail::not_delivering(h->engine.get(), "pulling a request's tokens");
+    const Pull pull(*this);
+    std::int32_t token = -1;
+    std::size_t piece_len = 0;
+    float logprob = 0.0f;
+    photon_status status = photon_request_next_token(
+        h->request.get(), timeout_ms, &token, piece_.data(), piece_.size(), &piece_len, &logprob);
+    if (status == PHOTON_ERR_BUFFER_TOO_SMALL) {  // the token stays queued: ask again with room
+      piece_.resize(piece_len + 1);
+      status = photon_request_next_token(h->request.get(), 0, &token, piece_.data(), piece_.size(),
+                                         &piece_len, &logprob);
+    }
+    detail::check(status);
+    if (token < 0) {
+      const photon_status failed = photon_request_status(h->request.get());
+      if (failed != PHOTON_OK) throw PhotonError(failed, photon_request_error(h->request.get()));
+    }
+    std::lock_guard<std::mutex> lock(last_mutex_);
+    last_piece_.assign(piece_.data(), token < 0 ? 0 : piece_len);
+    last_logprob_ = logprob;
+    return token;
+  }
+  std::string last_piece() const {
+    std::lock_guard<std::mutex> lock(last_mutex_);
+    return last_piece_;
+  }
+  float last_logprob() const {
+    std::lock_guard<std::mutex> lock(last_mutex_);
+    return last_logprob_;
+  }
+
+  RequestStats stats() const {
+    const std::shared_ptr<Handle> h = handle();
+    const auto stat = [&](photon_request_stat which) {
+      double value = 0;
+      detail::check(photon_request_get_stat(h->request.get(), which, &value));
+      return value;
+    };
+    RequestStats s;
+    s.prompt_tokens = static_cast<std::int64_t>(stat(PHOTON_REQUEST_PROMPT_TOKENS));
+    s.reused_tokens = static_cast<std::int64_t>(stat(PHOTON_REQUEST_REUSED_TOKENS));
+    s.generated_tokens = static_cast<std::int64_t>(stat(PHOTON_REQUEST_GENERATED_TOKENS));
+    s.pauses = static_cast<std::int64_t>(stat(PHOTON_REQUEST_PAUSES));
+    s.queue_seconds = stat(PHOTON_REQUEST_QUEUE_SECONDS);
+    s.first_token_seconds = stat(PHOTON_REQUEST_FIRST_TOKEN_SECONDS);
+    s.decode_seconds = stat(PHOTON_REQUEST_DECODE_SECONDS);
+    s.paused_seconds = stat(PHOTON_REQUEST_PAUSED_SECONDS);
+    return s;
+  }
+
+  // The finished request's session state (Session::save's bytes), to continue it later.
+  Bytes save() {
+    const std::shared_ptr<Handle> h = handle();
+    return detail::fill<Bytes>(
+        0, 0, [&](std::uint8_t* out, std::size_t capacity, std::size_t* needed) {
+          return photon_request_save(h->request.get(), out, capacity, needed);
+        });
+  }
+  // The finished request's session (the one it continued, or the one it made), once.
+  Session* take_session() {
+    const std::shared_ptr<Handle> h = handle();
+    photon_session* raw = nullptr;
+    detail::check(photon_request_take_session(h->request.get(), &raw));
+    return new Session(h->model, raw);
+  }
+
+#ifndef SWIG
+ private:
+  friend class Engine;
+
+  struct Free {
+    void operator()(photon_request* request) const { photon_request_free(request); }
+  };
+  // Members are destroyed last first: the request, then its listener, engine and model.
+  struct Handle {
+    std::shared_ptr<photon_model> model;
+    std::shared_ptr<photon_engine> engine;
+    std::shared_ptr<detail::Delivery> delivery;
+    std::unique_ptr<photon_request, Free> request;
+  };
+
+  // Claims the request's token queue for one next_token call.
+  class Pull {
+   public:
+    explicit Pull(Request& request) : request_(request) {
+      if (request.pulling_.exchange(true)) {
+        throw PhotonError(PHOTON_ERR_INVALID_ARGUMENT,
+                          "photon: the request's tokens are being pulled by another thread (one "
+                          "thread at a time)");
+      }
+    }
+    ~Pull() { request_.pulling_.store(false); }
+    Pull(const Pull&) = delete;
+    Pull& operator=(const Pull&) = delete;
+
+   private:
+    Request& request_;
+  };
+
+  explicit Request(std::shared_ptr<Handle> handle) : handle_(std::move(handle)) {}
+
+  // Held by each call, so that a close() on another thread frees the request only after it.
+  std::shared_ptr<Handle> handle() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!handle_) detail::closed("request");
+    return handle_;
+  }
+
+  mutable std::mutex mutex_;
+  std::shared_ptr<Handle> handle_;
+  std::atomic<bool> pulling_{false};
+  std::vector<char> piece_ = std::vector<char>(64);  // used under a Pull
+  mutable std::mutex last_mutex_;                    // guards what follows
+  std::string last_piece_;
+  float last_logprob_ = 0.0f;
+#endif
+};
+
+// Serves generation requests over one model with continuous batching (photon_engine): requests
+// submitted from any thread run together, stepped by the engine's own worker (start / stop) or by
+// the caller's loop (step). close() (or the garbage collector) drops this handle; the native engine
+// goes once its requests are closed too (stop() first to drain or cancel them). Calls may come from
+// many threads at once.
+class Engine {
+ public:
+  explicit Engine(const Model& model) : Engine(model, nullptr) {}
+  Engine(const Model& model, const EngineOptions& options) : Engine(model, &options) {}
+
+  void close() {
+    std::shared_ptr<photon_engine> engine;
+    std::shared_ptr<photon_model> model;
+    std::lock_guard<std::mutex> lock(mutex_);
+    engine.swap(engine_);
+    model.swap(model_);
+  }
+  bool is_closed() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !engine_;
+  }
+
+  // Starts the engine's worker thread, which runs steps while there is work.
+  void start() { detail::check(photon_engine_start(shared().get())); }
+  // Stops the worker and returns once it has ended: drain finishes every request submitted so
+  // far (and those submitted while it drains), otherwise every unfinished request is cancelled.
+  void stop(bool drain) {
+    const std::shared_ptr<photon_engine> engine = shared();
+    detail::not_delivering(engine.get(), "stopping the engine");
+    detail::check(
+        photon_engine_stop(engine.get(), drain ? PHOTON_ENGINE_DRAIN : PHOTON_ENGINE_CANCEL));
+  }
+  // Runs one step on the calling thread (not while the worker runs); returns the number of
+  // requests not finished yet.
+  int step() {
+    const std::shared_ptr<photon_engine> engine = shared();
+    std::int32_t unfinished = 0;
+    detail::check(photon_engine_step(engine.get(), &unfinished));
+    return unfinished;
+  }
+
+  // Submits a request whose tokens are pulled with Request::next_token. PhotonError
+  // PHOTON_ERR_BUSY when max_waiting requests wait already.
+  Request* submit(const RequestOptions& options) { return submit_with(options, nullptr); }
+  // Submits a request whose tokens go to listener, on the thread that runs the steps; the request
+  // owns listener (deleted after its last call, also when the submit fails). Returning false stops
+  // this request only; an exception thrown by it stops the request and is rethrown by
+  // Request::wait.
+  Request* submit(const RequestOptions& options, TokenListener* listener) {
+    std::unique_ptr<TokenListener> owned(listener);
+    if (!owned) throw PhotonError(PHOTON_ERR_INVALID_ARGUMENT, "photon: a null token listener");
+    return submit_with(options, std::move(owned));
+  }
+
+  EngineStats stats() const {
+    const std::shared_ptr<photon_engine> engine = shared();
+    const auto stat = [&](photon_engine_stat which) {
+      double value = 0;
+      detail::check(photon_engine_get_stat(engine.get(), which, &value));
+      return value;
+    };
+    const auto count = [&](photon_engine_stat which) {
+      return static_cast<std::int64_t>(stat(which));
+    };
+    EngineStats s;
+    s.waiting = count(PHOTON_ENGINE_WAITING);
+    s.running = count(PHOTON_ENGINE_RUNNING);
+    s.paused = count(PHOTON_ENGINE_PAUSED);
+    s.submitted = count(PHOTON_ENGINE_SUBMITTED);
+    s.refused = count(PHOTON_ENGINE_REFUSED);
+    s.finished = count(PHOTON_ENGINE_FINISHED);
+    s.failed = count(PHOTON_ENGINE_FAILED);
+    s.cancelled = count(PHOTON_ENGINE_CANCELLED);
+    s.prompt_tokens = count(PHOTON_ENGINE_PROMPT_TOKENS);
+    s.reused_tokens = count(PHOTON_ENGINE_REUSED_TOKENS);
+    s.generated_tokens = count(PHOTON_ENGINE_GENERATED_TOKENS);
+    s.pauses = count(PHOTON_ENGINE_PAUSES);
+    s.steps = count(PHOTON_ENGINE_STEPS);
+    s.memory_in_use = static_cast<std::uint64_t>(stat(PHOTON_ENGINE_MEMORY_IN_USE));
+    s.memory_peak = static_cast<std::uint64_t>(stat(PHOTON_ENGINE_MEMORY_PEAK));
+    s.tokens_per_second = stat(PHOTON_ENGINE_TOKENS_PER_SECOND);
+    return s;
+  }
+
+#ifndef SWIG
+  std::shared_ptr<photon_engine> shared() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!engine_) detail::closed("engine");
+    return engine_;
+  }
+
+ private:
+  Engine(const Model& model, const EngineOptions* options) {
+    std::shared_ptr<photon_model> shared_model = model.shared();
+    photon_engine* raw = nullptr;
+    detail::check(
+        photon_engine_create(shared_model.get(), options ? options->get() : nullptr, &raw));
+    engine_.reset(raw, detail::EngineFree{shared_model});
+    model_ = std::move(shared_model);
+  }
+
+  Request* submit_with(const RequestOptions& options, std::unique_ptr<TokenListener> listener) {
+    auto handle = std::make_shared<Request::Handle>();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!engine_) detail::closed("engine");
+      handle->engine = engine_;
+      handle->model = model_;
+    }
+    if (listener) {
+      handle->delivery =
+          std::make_shared<detail::Delivery>(handle->engine.get(), std::move(listener));
+    }
+    std::lock_guard<std::mutex> lock(options.mutex_);
+    photon_request_options* o = options.options_.get();
+    Session* session = options.session_;
+    std::unique_ptr<Session::Use> use;
+    if (session) use = std::make_unique<Session::Use>(*session, Session::Use::CHANGE);
+    const bool continues = session || options.continues_state_;
+    if (options.text_) {
+      const std::string& text = options.prompt_text_;
+      detail::check(
+          photon_request_options_set_prompt_text(o, text.data(), text.size(), continues ? 0 : 1));
+    }
+    detail::check(photon_request_options_set_callback(
+        o, handle->delivery ? &detail::Delivery::deliver : nullptr, handle->delivery.get()));
+    detail::check(photon_request_options_set_session(o, session ? session->get() : nullptr));
+    photon_request* raw = nullptr;
+    const photon_status status = photon_engine_submit(handle->engine.get(), o, &raw);
+    // The options keep neither the callback nor the session for a later submit.
+    photon_request_options_set_callback(o, nullptr, nullptr);
+    photon_request_options_set_session(o, nullptr);
+    detail::check(status);
+    handle->request.reset(raw);
+    if (session) {  // the request holds it now
+      session->session_.release();
+      session->model_.reset();
+    }
+    return new Request(std::move(handle));
+  }
+
+  mutable std::mutex mutex_;  // guards what follows
+  std::shared_ptr<photon_engine> engine_;
+  std::shared_ptr<photon_model> model_;  // for the sessions its requests give back
 #endif
 };
 

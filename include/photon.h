@@ -521,8 +521,9 @@ PHOTON_API photon_status photon_session_options_set_ignore_eos(photon_session_op
  * state: a restored session has it off until photon_session_set_sampler turns it on. */
 PHOTON_API photon_status photon_session_options_set_context_shift(photon_session_options *options,
                                                                   int context_shift);
-/* Adds a stop string (UTF-8, non-empty): generation stops once the generated text contains it. The
- * token that completes it is still delivered. */
+/* Adds a stop string (UTF-8, non-empty, up to 4096 bytes): generation stops at the token that
+ * completes it in the generated text, and that token is still delivered (the stop rules, before
+ * photon_session_generate, say exactly how). */
 PHOTON_API photon_status photon_session_options_add_stop_string(photon_session_options *options,
                                                                 const char *stop);
 
@@ -606,11 +607,37 @@ PHOTON_API photon_status photon_model_score_with(const photon_model *model, cons
 typedef int (*photon_token_callback)(void *user_data, int32_t token, const char *piece,
                                      size_t piece_len, float logprob);
 
+/* Stop rules, the same for photon_session_generate, photon_session_next_token and each session of
+ * photon_session_generate_batch. A call delivers tokens one at a time, in position order. Before
+ * each token it stops, with the first of these reasons that applies:
+ *   PHOTON_STOP_LENGTH        the call has delivered max_tokens (pulls have no budget);
+ *   PHOTON_STOP_CANCELLED     a cancellation is pending (see photon_session_cancel);
+ *   PHOTON_STOP_CONTEXT_FULL  the session holds as many tokens as its context length and does
+ *                             not shift its context (photon_session_options_set_context_shift);
+ *   PHOTON_STOP_EOS           the next token is EOS and ignore-EOS is off; EOS is then neither
+ *                             delivered nor added to the history.
+ * A delivered token is part of the history. After delivering one the call stops with
+ *   PHOTON_STOP_CALLBACK      if the callback returned non-zero for it, else with
+ *   PHOTON_STOP_STRING        if its piece completes a stop string in the generated text.
+ * The generated text is the pieces delivered since the session was created or last prefilled, by
+ * every call and across context shifts (a restored session continues the text of the session it
+ * was saved from; the prompt's text is not part of it). An occurrence of a stop string is found
+ * once, at the token whose piece holds its last byte: it may begin pieces or calls earlier, and one
+ * that ends in a character split across tokens completes with the token that completes the
+ * character (the tokens that hold its first bytes deliver empty pieces). The next call after a
+ * stop:
+ *   after EOS or CONTEXT_FULL stops again at once, with the same reason, delivering nothing (EOS
+ *     stays the next token until a prefill, or photon_session_set_sampler with ignore-EOS on,
+ *     which then delivers it; a full context stays full until photon_session_set_sampler turns
+ *     its context shift on);
+ *   after LENGTH, CANCELLED, CALLBACK or STRING goes on with the tokens an uninterrupted call
+ *     would have delivered next (tokens sampled ahead of the stop are kept for it); an occurrence
+ *     that stopped a call does not stop the next one (but a pull loop that a stop string stopped
+ *     ends with one more pull, which returns -1: photon_session_next_token).
+ * photon_session_stop_reason reports the reason until the session's next generating call. */
+
 /* Generates up to max_tokens tokens after the session's current history, calling callback (may be
- * NULL) for each. Stops at the budget, at EOS (unless ignored; EOS is then not delivered and not
- * added to the history), at a stop string, when the callback returns non-zero, on
- * photon_session_cancel, or when the context is full (unless the session shifts its context:
- * photon_session_options_set_context_shift); photon_session_stop_reason says which. Every
+ * NULL) for each, until a stop rule (above) applies; photon_session_stop_reason says which. Every
  * delivered token is part of the history, so a later call continues from it. *n_generated (may be
  * NULL) receives the number of tokens delivered. The session must hold at least one token. A
  * cancelled call returns PHOTON_OK with stop reason PHOTON_STOP_CANCELLED. */
@@ -618,12 +645,22 @@ PHOTON_API photon_status photon_session_generate(photon_session *session, int32_
                                                  photon_token_callback callback, void *user_data,
                                                  int32_t *n_generated);
 
-/* Why the last generate call stopped. */
+/* Why the session's last generating call (photon_session_generate, photon_session_generate_batch
+ * or photon_session_next_token) stopped. PHOTON_STOP_NONE before the first one, in a restored
+ * session, and after a photon_session_next_token that returned a token. */
 PHOTON_API photon_stop_reason photon_session_stop_reason(const photon_session *session);
 
-/* Asks a running prefill or generate on this session to stop at its next step. Safe to call from
- * any thread, also when nothing runs (the request then applies to the session's next call only if
- * it arrives while that call runs: each call clears it on entry). NULL is accepted. */
+/* Asks the session to stop generating or prefilling. Safe to call from any thread at any time;
+ * NULL is accepted. The request is pending until a call answers it, by stopping, or discards it:
+ *   - photon_session_generate, photon_session_generate_batch, photon_session_prefill,
+ *     photon_session_prefill_logprobs and photon_session_prefill_batch discard a pending request
+ *     when they start (for each of their sessions): only a request made while they run stops them;
+ *   - photon_session_next_token does not: a request made before or during a pull loop stops the
+ *     loop at its next pull.
+ * The call that a request stops answers it: a generating call stops before its next token (stop
+ * reason PHOTON_STOP_CANCELLED; a pull returns -1 then, and generates nothing), a prefill between
+ * two slices (PHOTON_ERR_CANCELLED). That clears the request, so the next call goes on as if none
+ * had been made: pulling again resumes a pull loop that a cancellation stopped. */
 PHOTON_API void photon_session_cancel(photon_session *session);
 
 /* Number of tokens the session holds (prompt and generated). */
@@ -659,10 +696,14 @@ PHOTON_API photon_status photon_session_set_sampler(photon_session *session,
 /* ---------------------------------------------------------------------------------------------- */
 
 /* Produces the next token without a callback, for callers that cannot be called back (managed
- * runtimes): on PHOTON_OK, *token holds the next token id, or -1 when generation stopped (EOS, a
- * stop string, cancellation or a full context; photon_session_stop_reason says which). piece
- * receives the token's UTF-8-complete text (see photon_token_callback) as photon_model_detokenize
- * does for capacity and PHOTON_ERR_BUFFER_TOO_SMALL (*piece_len is set either way; on
+ * runtimes): on PHOTON_OK, *token holds the next token id, or -1 when a stop rule (before
+ * photon_session_generate) stopped generation; photon_session_stop_reason says which. A pull has
+ * no budget, and never discards a cancellation (photon_session_cancel). A stop string ends a pull
+ * loop one pull later than the other reasons: the pull that returns the token completing it sets
+ * the stop reason PHOTON_STOP_STRING, and the next pull returns -1 (unless a generate or prefill
+ * call came between); the pull after that goes on. piece receives the token's UTF-8-complete
+ * text (see photon_token_callback) as photon_model_detokenize does for capacity and
+ * PHOTON_ERR_BUFFER_TOO_SMALL (*piece_len is set either way; on
  * PHOTON_ERR_BUFFER_TOO_SMALL the token is kept and the next call returns it again); piece may be
  * NULL with capacity 0 to skip the text. logprob may be NULL. Tokens delivered by this call are
  * part of the history, exactly as with photon_session_generate, and the two produce the same
@@ -698,10 +739,12 @@ PHOTON_API photon_status photon_session_prefill_batch(photon_session *const *ses
 
 /* Advances n_sessions sessions of one model together, each by up to max_tokens tokens, with the
  * GEMMs of all sessions batched into one call per weight matrix. Sessions may differ in prompt
- * length, mode, sampler and stop rules; each stops on its own rules and drops out while the others
- * go on. Each session produces exactly the tokens photon_session_generate would have produced for
- * it. n_generated (may be NULL) receives n_sessions counts. Fails with PHOTON_ERR_INVALID_ARGUMENT
- * if the sessions do not share one model, a session appears twice, or one holds no tokens. */
+ * length, mode, sampler and stop rules; each stops on its own rules (those of
+ * photon_session_generate: the callback's non-zero and photon_session_cancel stop that session)
+ * and drops out while the others go on. Each session produces exactly the tokens
+ * photon_session_generate would have produced for it. n_generated (may be NULL) receives
+ * n_sessions counts. Fails with PHOTON_ERR_INVALID_ARGUMENT if the sessions do not share one
+ * model, a session appears twice, or one holds no tokens. */
 PHOTON_API photon_status photon_session_generate_batch(photon_session *const *sessions,
                                                        size_t n_sessions, int32_t max_tokens,
                                                        photon_batch_callback callback,
@@ -727,11 +770,11 @@ PHOTON_API photon_status photon_session_save(photon_session *session, void *buff
 /* As photon_session_save, to a file (written to a temporary name and renamed). */
 PHOTON_API photon_status photon_session_save_file(photon_session *session, const char *path);
 
-/* Creates a new session from a saved state for `model`. Refuses, with nothing created: a state of
- * another model or tokenizer (PHOTON_ERR_WRONG_MODEL), a newer format
- * (PHOTON_ERR_UNSUPPORTED_VERSION), a blob that is not a session state (PHOTON_ERR_BAD_IDENTIFIER),
- * a truncated one (PHOTON_ERR_TRUNCATED) or any other damage (PHOTON_ERR_CORRUPT), each with a
- * message saying what. */
+/* Creates a new session from a saved state for `model`; states saved by earlier releases (older
+ * format versions) restore too. Refuses, with nothing created: a state of another model or
+ * tokenizer (PHOTON_ERR_WRONG_MODEL), a newer format (PHOTON_ERR_UNSUPPORTED_VERSION), a blob that
+ * is not a session state (PHOTON_ERR_BAD_IDENTIFIER), a truncated one (PHOTON_ERR_TRUNCATED) or any
+ * other damage (PHOTON_ERR_CORRUPT), each with a message saying what. */
 PHOTON_API photon_status photon_session_restore(const photon_model *model, const void *data,
                                                 size_t size, photon_session **out);
 /* As photon_session_restore, from a file. */

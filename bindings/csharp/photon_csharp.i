@@ -90,7 +90,9 @@ using System.Runtime.InteropServices;
 
   // Kept in static fields so that the garbage collector never frees what native code calls.
   static readonly PhotonErrorCallback photonErrorCallback = (status, statusName, message) =>
-      SWIGPendingException.Set(new PhotonException(status, statusName, message));
+      SWIGPendingException.Set(statusName == "PHOTON_ERR_BUSY"
+                                   ? new BusyException(status, statusName, message)
+                                   : new PhotonException(status, statusName, message));
   static readonly PhotonClosedCallback photonClosedCallback = message =>
       SWIGPendingException.Set(new ObjectDisposedException(null, message));
 
@@ -385,5 +387,7 @@ using System.Runtime.ExceptionServices;
     }
   }
 %}
+
+%include "photon_csharp_engine.i"
 
 %include "../photon.i"

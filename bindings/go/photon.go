@@ -75,11 +75,12 @@ const (
 	StopCallback                      // the callback asked to stop
 	StopCancelled                     // Cancel was called
 	StopContextFull                   // the session's context is full
+	StopError                         // an engine request failed (Request.Err says why)
 )
 
 func (r StopReason) String() string {
 	names := [...]string{
-		"none", "length", "eos", "stop string", "callback", "cancelled", "context full",
+		"none", "length", "eos", "stop string", "callback", "cancelled", "context full", "error",
 	}
 	if r >= 0 && int(r) < len(names) {
 		return names[r]

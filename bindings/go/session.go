@@ -177,7 +177,9 @@ func (s *Session) PrefillText(text string) error {
 	return s.run(func(n native.Session) { n.PrefillText(text) })
 }
 
-// Cancel asks a running Generate to stop; safe from any goroutine.
+// Cancel asks the session to stop generating: a running Generate at its next token, a Tokens
+// iteration at its next Next, even when asked before it (photon_session_cancel in photon.h); safe
+// from any goroutine.
 func (s *Session) Cancel() {
 	if native := s.native; native != nil {
 		native.Cancel()

@@ -85,9 +85,11 @@ static bool photon_java_utf8(JNIEnv *jenv, jstring text, std::string &out) {
   return true;
 }
 
-/* Raises com.photon.PhotonException(status, statusName, message). */
+/* Raises com.photon.PhotonException(status, statusName, message), or its subclass
+ * BusyException for PHOTON_ERR_BUSY. */
 static void photon_java_throw(JNIEnv *jenv, const photon_binding::PhotonError &error) {
-  jclass cls = jenv->FindClass("com/photon/PhotonException");
+  jclass cls = jenv->FindClass(error.status() == PHOTON_ERR_BUSY ? "com/photon/BusyException"
+                                                                 : "com/photon/PhotonException");
   if (!cls) return;  /* NoClassDefFoundError is pending */
   jmethodID init = jenv->GetMethodID(cls, "<init>", "(ILjava/lang/String;Ljava/lang/String;)V");
   jstring name = photon_java_string(jenv, error.status_name());
@@ -358,5 +360,7 @@ import java.util.stream.StreamSupport;
     return StreamSupport.stream(tokens(maxTokens).spliterator(), false);
   }
 %}
+
+%include "photon_java_engine.i"
 
 %include "../photon.i"

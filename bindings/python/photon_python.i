@@ -12,20 +12,22 @@
 
 /* photon.PhotonError, created when the extension is imported. */
 static PyObject *photon_python_error = nullptr;
+/* photon.BusyError, its subclass for PHOTON_ERR_BUSY (an engine's waiting queue is full). */
+static PyObject *photon_python_busy = nullptr;
 
 static void photon_python_raise(const photon_binding::PhotonError &error) {
   const std::string message = error.what();
+  PyObject *type = error.status() == PHOTON_ERR_BUSY ? photon_python_busy : photon_python_error;
   PyObject *text = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()),
                                         "replace");
-  PyObject *exception = text ? PyObject_CallFunctionObjArgs(photon_python_error, text, nullptr)
-                             : nullptr;
+  PyObject *exception = text ? PyObject_CallFunctionObjArgs(type, text, nullptr) : nullptr;
   Py_XDECREF(text);
   if (!exception) return;  /* that failure's error is pending instead */
   PyObject *status = PyLong_FromLong(error.status());
   PyObject *name = PyUnicode_FromString(error.status_name().c_str());
   if (status && name && PyObject_SetAttrString(exception, "status", status) == 0 &&
       PyObject_SetAttrString(exception, "status_name", name) == 0) {
-    PyErr_SetObject(photon_python_error, exception);
+    PyErr_SetObject(type, exception);
   }
   Py_XDECREF(status);
   Py_XDECREF(name);
@@ -178,6 +180,13 @@ static bool photon_python_token_lists(PyObject *object, const char *name,
   if (!photon_python_error) return nullptr;
   Py_INCREF(photon_python_error);
   if (PyModule_AddObject(m, "PhotonError", photon_python_error) < 0) return nullptr;
+  photon_python_busy = PyErr_NewExceptionWithDoc(
+      "photon.BusyError",
+      "An engine's waiting queue is full (PHOTON_ERR_BUSY): submit again later.",
+      photon_python_error, nullptr);
+  if (!photon_python_busy) return nullptr;
+  Py_INCREF(photon_python_busy);
+  if (PyModule_AddObject(m, "BusyError", photon_python_busy) < 0) return nullptr;
 %}
 
 /* Errors: photon.PhotonError for a failed call; an exception raised by a token callback reaches
@@ -356,6 +365,7 @@ PHOTON_PYTHON_CHAIN(add_stop_string)
 %rename(_prefill_batch) photon_binding::Session::prefill_batch;
 
 %include "photon_python_api.i"
+%include "photon_python_engine.i"
 
 %include "../photon.i"
 
@@ -376,4 +386,21 @@ class _BatchCallbackListener(_BatchListener):
 
     def on_token(self, session_index, token, piece, logprob):
         return self._on_token(session_index, Token(token, piece, logprob)) is not False
+
+
+class _RequestListener(_TokenListener):
+    """An engine request's callback, on the engine's stepping thread: an exception is kept for
+    Request.wait() (it cannot propagate there) and stops the request."""
+
+    def __init__(self, on_token):
+        super().__init__()
+        self._on_token = on_token
+        self.error = None
+
+    def on_token(self, token, piece, logprob):
+        try:
+            return self._on_token(Token(token, piece, logprob)) is not False
+        except BaseException as error:
+            self.error = error
+            return False
 %}

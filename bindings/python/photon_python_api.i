@@ -93,6 +93,7 @@ class StopReason(_enum.IntEnum):
     CALLBACK = 4
     CANCELLED = 5
     CONTEXT_FULL = 6
+    ERROR = 7
 
 
 class Token(_NamedTuple):
@@ -210,7 +211,9 @@ def _require_callable(on_token):
 
     def tokens(self, max_tokens):
         """An iterator over the next tokens (at most max_tokens), each generated when it is asked
-        for."""
+        for. It ends early when generation stops (stop_reason says why; a stop string ends it
+        after the token that completes it), and cancel() from another thread ends it at its next
+        token, also when called before the iteration starts."""
         if not hasattr(max_tokens, "__index__"):
             raise TypeError(f"photon: max_tokens must be an int, not {type(max_tokens).__name__}")
         if max_tokens.__index__() < 0:

@@ -1,5 +1,6 @@
 // photon_session_*: options, prefill, streaming generation, cancellation and introspection.
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "api/api_internal.h"
@@ -148,6 +149,10 @@ photon_status photon_session_options_add_stop_string(photon_session_options* o, 
   return guard([&] {
     require(o, "photon_session_options_add_stop_string", "options is NULL");
     require(stop && *stop, "photon_session_options_add_stop_string", "stop is NULL or empty");
+    const size_t length = std::strlen(stop);
+    check_range(length <= photon::Stream::kMaxStopString, "photon_session_options_add_stop_string",
+                "stop is " + std::to_string(length) + " bytes long, more than the " +
+                    std::to_string(photon::Stream::kMaxStopString) + " a stop string may have");
     o->sampler.stop_strings.emplace_back(stop);
   });
 }

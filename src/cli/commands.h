@@ -20,5 +20,6 @@ extern const Command kInspectCommand;
 extern const Command kScoreCommand;
 extern const Command kGenerateCommand;
 extern const Command kBenchCommand;
+extern const Command kServeCommand;
 
 }  // namespace photon::cli

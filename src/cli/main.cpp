@@ -13,7 +13,8 @@ namespace photon::cli {
 namespace {
 
 const Command* const kCommands[] = {&kConvertCommand, &kInitCommand,     &kInspectCommand,
-                                    &kScoreCommand,   &kGenerateCommand, &kBenchCommand};
+                                    &kScoreCommand,   &kGenerateCommand, &kBenchCommand,
+                                    &kServeCommand};
 
 const Command* find_command(const std::string& name) {
   for (const Command* command : kCommands) {
@@ -26,7 +27,7 @@ void print_overview(std::FILE* out) {
   std::fputs(
       "usage: photon <command> [options]\n"
       "\n"
-      "PHOTON hierarchical language models: write, inspect, score and generate.\n"
+      "PHOTON hierarchical language models: write, inspect, score, generate and serve.\n"
       "\n"
       "commands:\n",
       out);

@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
-#include "core/json.h"
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace photon {
 

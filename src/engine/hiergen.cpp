@@ -32,8 +32,8 @@ Tensor top_conditioner(const Model& model, const HierGenState& st) {
   return st.has_top ? st.top_last.tensor() : model.weights().start;
 }
 
-void hier_append(const Model& model, std::span<const AppendJob> jobs, Workspace& ws) {
-  Backend& b = ws.backend();
+void hier_append(const Model& model, std::span<const AppendJob> jobs, HierScratch& scratch) {
+  Backend& b = model.backend();
   const ModelConfig& c = model.config();
   const Weights& w = model.weights();
   const int L = c.num_levels();
@@ -47,8 +47,9 @@ void hier_append(const Model& model, std::span<const AppendJob> jobs, Workspace&
     ids.insert(ids.end(), jobs[i].tokens.begin(), jobs[i].tokens.end());
     n_fresh[i] = static_cast<int64_t>(jobs[i].tokens.size());
   }
-  Slot fresh_slot = Slot::LatentA, encoded_slot = Slot::LatentB;
-  Tensor fresh = ws.get(fresh_slot, static_cast<int64_t>(ids.size()), c.embed_dim);
+  Scratch* fresh_scratch = &scratch.latent_a;
+  Scratch* encoded_scratch = &scratch.latent_b;
+  Tensor fresh = fresh_scratch->get(b, static_cast<int64_t>(ids.size()), c.embed_dim);
   b.embed(w.tok_emb_enc, ids, fresh);
   std::vector<EncodeJob> encodes;
   std::vector<RowCopy> copies;
@@ -64,8 +65,8 @@ void hier_append(const Model& model, std::span<const AppendJob> jobs, Workspace&
       all_units += units[i];
     }
     if (rows == 0) break;
-    const Tensor all = ws.get(Slot::Pending, rows, dp);          // [rows, D_{l-1}]
-    const Tensor encoded = ws.get(encoded_slot, all_units, dl);  // [units, D_l]
+    const Tensor all = scratch.pending.get(b, rows, dp);            // [rows, D_{l-1}]
+    const Tensor encoded = encoded_scratch->get(b, all_units, dl);  // [units, D_l]
     copies.clear();
     encodes.clear();
     for (size_t i = 0; i < n; ++i) {
@@ -80,7 +81,7 @@ void hier_append(const Model& model, std::span<const AppendJob> jobs, Workspace&
                            encoded.slice(first_unit[i], units[i])});
     }
     b.copy_rows(copies);
-    encode_units(model, l, encodes, ws);
+    encode_units(model, l, encodes, scratch.levels);
     copies.clear();
     for (size_t i = 0; i < n; ++i) {
       if (n_fresh[i] == 0) continue;
@@ -95,7 +96,7 @@ void hier_append(const Model& model, std::span<const AppendJob> jobs, Workspace&
       }
     }
     b.copy_rows(copies);
-    std::swap(fresh_slot, encoded_slot);
+    std::swap(fresh_scratch, encoded_scratch);
     fresh = encoded;
     n_fresh = units;
   }
@@ -110,7 +111,7 @@ void hier_append(const Model& model, std::span<const AppendJob> jobs, Workspace&
         const int open = job.state->level(1).n_pending;
         ids.insert(ids.end(), job.history.end() - open, job.history.end());
       }
-      embedded = ws.get(Slot::Embedded, static_cast<int64_t>(ids.size()), c.token_dim);
+      embedded = scratch.embedded.get(b, static_cast<int64_t>(ids.size()), c.token_dim);
       b.embed(w.tok_emb_dec, ids, embedded);
     }
     windows.clear();
@@ -126,13 +127,13 @@ void hier_append(const Model& model, std::span<const AppendJob> jobs, Workspace&
       }
       windows.push_back({&lv.window, cond, inputs});
     }
-    run_windows(model, l, windows, ws);
+    run_windows(model, l, windows, scratch.levels);
   }
 }
 
 void hier_step(const Model& model, std::span<HierGenState* const> states,
-               std::span<const int32_t> tokens, Workspace& ws) {
-  Backend& b = ws.backend();
+               std::span<const int32_t> tokens, HierScratch& scratch) {
+  Backend& b = model.backend();
   const ModelConfig& c = model.config();
   const Weights& w = model.weights();
   const int L = c.num_levels();
@@ -140,9 +141,10 @@ void hier_step(const Model& model, std::span<HierGenState* const> states,
   // Row a of `latent` is the completed child's encoder state (chunker input) of the a-th active
   // state, row a of `input` what its parent's window reads for it (tok_emb_dec at level 1, the same
   // encoder state above).
-  Slot latent_slot = Slot::LatentA, next_slot = Slot::LatentB;
-  Tensor latent = ws.get(latent_slot, n, c.embed_dim);
-  Tensor input = ws.get(Slot::Embedded, n, c.token_dim);
+  Scratch* latent_scratch = &scratch.latent_a;
+  Scratch* next_scratch = &scratch.latent_b;
+  Tensor latent = latent_scratch->get(b, n, c.embed_dim);
+  Tensor input = scratch.embedded.get(b, n, c.token_dim);
   b.embed(w.tok_emb_enc, tokens, latent);
   b.embed(w.tok_emb_dec, tokens, input);
   // Highest level whose window got a new output (L + 1: a new top unit).
@@ -157,7 +159,7 @@ void hier_step(const Model& model, std::span<HierGenState* const> states,
     const int cl = c.level(l).chunk_len;
     int64_t n_complete = 0;
     for (size_t i : active) n_complete += states[i]->level(l).n_pending + 1 == cl ? 1 : 0;
-    const Tensor next = ws.get(next_slot, n_complete, c.latent_dim(l));
+    const Tensor next = next_scratch->get(b, n_complete, c.latent_dim(l));
     feeds.clear();
     encodes.clear();
     completing.clear();
@@ -176,8 +178,8 @@ void hier_step(const Model& model, std::span<HierGenState* const> states,
       }
     }
     b.copy_rows(copies);
-    run_windows(model, l, feeds, ws);
-    encode_units(model, l, encodes, ws);
+    run_windows(model, l, feeds, scratch.levels);
+    encode_units(model, l, encodes, scratch.levels);
     copies.clear();
     for (size_t k = 0; k < completing.size(); ++k) {
       HierGenState& st = *states[completing[k]];
@@ -190,7 +192,7 @@ void hier_step(const Model& model, std::span<HierGenState* const> states,
     b.copy_rows(copies);
     active.swap(completing);
     latent = input = next;
-    std::swap(latent_slot, next_slot);
+    std::swap(latent_scratch, next_scratch);
   }
   for (HierGenState* st : states) st->pos += 1;
   std::vector<WindowJob> opens;
@@ -202,7 +204,7 @@ void hier_step(const Model& model, std::span<HierGenState* const> states,
       const Tensor cond = l == L ? top_conditioner(model, st) : st.level(l + 1).window.latest();
       opens.push_back({&st.level(l).window, cond, {}});
     }
-    run_windows(model, l, opens, ws);
+    run_windows(model, l, opens, scratch.levels);
   }
 }
 
@@ -219,7 +221,7 @@ class HierGenRunner final : public Runner {
  public:
   using Runner::Runner;
 
-  void init(Session& s) override {
+  void init(Session& s) const override {
     s.state.emplace<HierGenState>().allocate(model_, encoder_capacities(model_.config(), s.context),
                                              s.kv_type);
   }
@@ -234,7 +236,7 @@ class HierGenRunner final : public Runner {
       const auto slice = tokens.subspan(at, std::min(kPrefillSlice, tokens.size() - at));
       s.history.insert(s.history.end(), slice.begin(), slice.end());
       const AppendJob job{&st, slice, s.history};
-      hier_append(model_, {&job, 1}, ws_);
+      hier_append(model_, {&job, 1}, scratch_);
     }
   }
 
@@ -249,12 +251,13 @@ class HierGenRunner final : public Runner {
         s.history.insert(s.history.end(), pass.slices[k].begin(), pass.slices[k].end());
         jobs.push_back({&s.as<HierGenState>(), pass.slices[k], s.history});
       }
-      hier_append(model_, jobs, ws_);
+      hier_append(model_, jobs, scratch_);
     });
   }
 
+  // Delivered tokens are consumed lazily, one step per lagging session per round; sampled ones
+  // only once they are delivered.
   void catch_up(std::span<Session* const> sessions) override {
-    // Delivered tokens are consumed lazily, one step per lagging session per round.
     std::vector<HierGenState*> states;
     std::vector<int32_t> tokens;
     for (;;) {
@@ -268,17 +271,13 @@ class HierGenRunner final : public Runner {
         }
       }
       if (states.empty()) return;
-      hier_step(model_, states, tokens, ws_);
+      hier_step(model_, states, tokens, scratch_);
     }
   }
 
-  void lanes(Session& s, std::vector<Lane>& out) override {
+  void lanes(const Session& s, std::vector<Lane>& out) const override {
     out.assign(1, {static_cast<int64_t>(s.history.size()), s.as<HierGenState>().hidden()});
   }
-
-  // Sampled tokens are consumed by the next catch_up, once delivered.
-  void feed(std::span<Session* const>, std::span<const std::vector<int32_t>>) override {}
-  void rollback(Session&) override {}
 
   KvBytes kv_bytes(const Session& s, int level) const override {
     const HierLevel& lv = s.as<HierGenState>().level(level);
@@ -300,18 +299,18 @@ class HierGenRunner final : public Runner {
       const auto window = out.window(lv.window);
       levels.push_back(fb::CreateLevelState(out.builder(), encoder, pending, lv.n_pending, window));
     }
-    out.kind = fb::SessionKind::HierGen;
-    out.levels = out.builder().CreateVector(levels);
-    out.top_last = out.floats(st.top_last);
-    out.has_top = st.has_top;
-    out.consumed = st.pos;
+    const auto level_states = out.builder().CreateVector(levels);
+    const auto top_last = out.floats(st.top_last);
+    out.set_mode(fb::CreateHierGenState(out.builder(), st.pos, level_states, top_last));
   }
 
-  void restore(Session& s, const StateReader& in) override {
+  void restore(Session& s, const StateReader& in) const override {
     const ModelConfig& c = model_.config();
-    const fb::SessionState& state = in.state();
+    const fb::HierGenState& state = in.mode<fb::HierGenState>("HierGen");
     const int L = c.num_levels();
     const int64_t consumed = state.consumed();
+    StateReader::expect(consumed >= 0 && consumed <= static_cast<int64_t>(s.history.size()),
+                        "the consumed count is invalid");
     HierGenState& st = s.as<HierGenState>();
     StateReader::expect(state.levels() && state.levels()->size() == static_cast<size_t>(L),
                         "the level states are missing");
@@ -333,11 +332,12 @@ class HierGenRunner final : public Runner {
                           name + " window does not match its children");
     }
     in.floats(state.top_last(), st.top_last, "the last top-level state has the wrong size");
-    st.has_top = state.has_top();
-    StateReader::expect(st.has_top == (consumed >= c.block_tokens(L)),
-                        "the top-level flag does not match the history");
+    st.has_top = consumed >= c.block_tokens(L);
     st.pos = consumed;
   }
+
+ private:
+  HierScratch scratch_;
 };
 
 }  // namespace

@@ -34,6 +34,13 @@ struct HierGenState {
   Tensor hidden() const { return levels[0].window.latest(); }
 };
 
+// What hier_append and hier_step write: the latents passed up the levels, the gathered children
+// and inputs, and the scratch of the encoders and windows they run.
+struct HierScratch {
+  Scratch latent_a, latent_b, pending, embedded;
+  LevelScratch levels;
+};
+
 // One state's part of hier_append: the tokens it consumes, and its full token history including
 // them (level-1 windows take the open unit's tokens from it).
 struct AppendJob {
@@ -45,14 +52,14 @@ struct AppendJob {
 // Consumes each job's tokens in parallel (spec 5, prefill): the encoders step over every unit
 // that completes, then the windows of the open unit at every level are rebuilt top-down. The jobs
 // (distinct states) share each level's GEMMs.
-void hier_append(const Model& model, std::span<const AppendJob> jobs, Workspace& ws);
+void hier_append(const Model& model, std::span<const AppendJob> jobs, HierScratch& scratch);
 
 // Consumes one token per state incrementally (spec 5, HierGen): it completes its level-1 unit or
 // feeds the level-1 window; a completed unit steps its level's encoder and feeds the parent, and so
 // on up; new windows then open top-down below the highest level that changed. The states advance
 // level by level together, so each level's GEMMs cover every state that reaches it.
 void hier_step(const Model& model, std::span<HierGenState* const> states,
-               std::span<const int32_t> tokens, Workspace& ws);
+               std::span<const int32_t> tokens, HierScratch& scratch);
 
 // Initial conditioner of the top level's open unit: X(L) of the previous unit, or the learned
 // start.

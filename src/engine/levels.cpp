@@ -12,8 +12,9 @@ void allocate_window(const Model& model, int level, Window* window, DType kv_typ
                    c.level(level).chunk_len, c.decoder_dim(level), kv_type);
 }
 
-void encode_units(const Model& model, int level, std::span<const EncodeJob> jobs, Workspace& ws) {
-  Backend& b = ws.backend();
+void encode_units(const Model& model, int level, std::span<const EncodeJob> jobs,
+                  LevelScratch& scratch) {
+  Backend& b = model.backend();
   const ModelConfig& c = model.config();
   const LevelConfig& lc = c.level(level);
   const LevelWeights& lw = model.weights().level(level);
@@ -23,7 +24,7 @@ void encode_units(const Model& model, int level, std::span<const EncodeJob> jobs
   if (units == 0) return;
   // a_u = chunker(concat of children): the children of a unit are consecutive rows, so the concat
   // is the same memory read as a [units, C D_{l-1}] matrix.
-  const Tensor x = ws.get(Slot::Rows, units, d);  // [units, D_l]
+  const Tensor x = scratch.rows.get(b, units, d);  // [units, D_l]
   std::vector<RowCopy> copies;
   std::vector<StackSegment> segments;
   int row = 0;
@@ -32,7 +33,7 @@ void encode_units(const Model& model, int level, std::span<const EncodeJob> jobs
     if (lc.chunker == ChunkerKind::Concat) {
       copies.push_back({x.slice(row, j.units), a});
     } else {
-      const Tensor chunk = ws.get(Slot::Chunk, j.units, width);
+      const Tensor chunk = scratch.chunk.get(b, j.units, width);
       b.rmsnorm(a, lw.chunker_norm, chunk, c.norm_eps);
       b.linear(chunk, lw.chunker_w, &lw.chunker_b, x.slice(row, j.units), false);
     }
@@ -40,7 +41,7 @@ void encode_units(const Model& model, int level, std::span<const EncodeJob> jobs
     row += j.units;
   }
   b.copy_rows(copies);
-  stack_forward(lw.encoder, c.norm_eps, c.rope_theta, x, segments, ws);
+  stack_forward(b, lw.encoder, c.norm_eps, c.rope_theta, x, segments, scratch.stack);
   copies.clear();
   row = 0;
   for (const EncodeJob& j : jobs) {
@@ -50,8 +51,9 @@ void encode_units(const Model& model, int level, std::span<const EncodeJob> jobs
   b.copy_rows(copies);
 }
 
-void run_windows(const Model& model, int level, std::span<const WindowJob> jobs, Workspace& ws) {
-  Backend& b = ws.backend();
+void run_windows(const Model& model, int level, std::span<const WindowJob> jobs,
+                 LevelScratch& scratch) {
+  Backend& b = model.backend();
   const ModelConfig& c = model.config();
   const LevelConfig& lc = c.level(level);
   const LevelWeights& lw = model.weights().level(level);
@@ -65,15 +67,15 @@ void run_windows(const Model& model, int level, std::span<const WindowJob> jobs,
   }
   if (rows == 0) return;
   std::vector<RowCopy> copies;
-  const Tensor cond = ws.get(Slot::Cond, opening, d);         // [opening, D_l]
-  const Tensor prefix = ws.get(Slot::Chunk, opening, r * e);  // [opening, R E_l]
+  const Tensor cond = scratch.cond.get(b, opening, d);         // [opening, D_l]
+  const Tensor prefix = scratch.chunk.get(b, opening, r * e);  // [opening, R E_l]
   int o = 0;
   for (const WindowJob& j : jobs)
     if (j.cond.buffer) copies.push_back({cond.row(o++), j.cond});
   b.copy_rows(copies);
   if (opening > 0) b.linear(cond, lw.converter_w, &lw.converter_b, prefix, false);
 
-  const Tensor x = ws.get(Slot::Rows, rows, e);  // [rows, E_l]
+  const Tensor x = scratch.rows.get(b, rows, e);  // [rows, E_l]
   copies.clear();
   std::vector<StackSegment> segments;
   int row = 0;
@@ -96,7 +98,7 @@ void run_windows(const Model& model, int level, std::span<const WindowJob> jobs,
     row += n;
   }
   b.copy_rows(copies);
-  stack_forward(lw.decoder, c.norm_eps, c.rope_theta, x, segments, ws);
+  stack_forward(b, lw.decoder, c.norm_eps, c.rope_theta, x, segments, scratch.stack);
   copies.clear();
   row = 0;
   for (const WindowJob& j : jobs) {
@@ -116,15 +118,16 @@ void run_windows(const Model& model, int level, std::span<const WindowJob> jobs,
 }
 
 void token_logprobs(const Model& model, const Tensor& hidden, std::span<const int32_t> tokens,
-                    float* out, Workspace& ws) {
+                    float* out, Scratch& logits) {
+  Backend& b = model.backend();
   const int v = model.config().vocab_size;
   constexpr int kBlock = 64;
   for (size_t r0 = 0; r0 < tokens.size(); r0 += kBlock) {
     const int n = static_cast<int>(std::min<size_t>(kBlock, tokens.size() - r0));
-    const Tensor logits = ws.get(Slot::Logits, n, v);
-    ws.backend().linear(hidden.slice(static_cast<int64_t>(r0), n), model.weights().lm_head, nullptr,
-                        logits, false);
-    ws.backend().logprobs(logits, tokens.subspan(r0, n), out + r0);
+    const Tensor block = logits.get(b, n, v);
+    b.linear(hidden.slice(static_cast<int64_t>(r0), n), model.weights().lm_head, nullptr, block,
+             false);
+    b.logprobs(block, tokens.subspan(r0, n), out + r0);
   }
 }
 

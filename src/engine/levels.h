@@ -6,11 +6,17 @@
 #include <span>
 
 #include "engine/model.h"
+#include "engine/scratch.h"
 #include "engine/stack.h"
 #include "engine/window.h"
-#include "engine/workspace.h"
 
 namespace photon {
+
+// What encode_units and run_windows write: the rows they gather, and the stack's activations.
+struct LevelScratch {
+  Scratch rows, chunk, cond;
+  StackScratch stack;
+};
 
 // Encodes `units` complete level-l units whose children latents X(l-1) are the consecutive rows
 // of `children` [units * C_l, D_{l-1}], appending them to `cache` (spec 3.2); writes X(l) to `out`
@@ -21,7 +27,8 @@ struct EncodeJob {
   int units;
   Tensor out;
 };
-void encode_units(const Model& model, int level, std::span<const EncodeJob> jobs, Workspace& ws);
+void encode_units(const Model& model, int level, std::span<const EncodeJob> jobs,
+                  LevelScratch& scratch);
 
 // Runs level-l windows. A job with a `cond` [1, D_l] opens its window afresh (prefix =
 // converter(cond)) and yields o_0; then each of its rows of `inputs` [n, E_l] is the next child's
@@ -31,13 +38,15 @@ struct WindowJob {
   Tensor cond;    // no buffer: the window continues
   Tensor inputs;  // may have no rows
 };
-void run_windows(const Model& model, int level, std::span<const WindowJob> jobs, Workspace& ws);
+void run_windows(const Model& model, int level, std::span<const WindowJob> jobs,
+                 LevelScratch& scratch);
 
 // Allocates a window of level l sized for its config, its KV cache in kv_type.
 void allocate_window(const Model& model, int level, Window* window, DType kv_type);
 
-// log softmax(hidden . lm_head^T)[token] for each row; hidden [n, D_t] (or [n, D]).
+// log softmax(hidden . lm_head^T)[token] for each row; hidden [n, D_t] (or [n, D]). The logits of
+// blocks of rows go to `logits`.
 void token_logprobs(const Model& model, const Tensor& hidden, std::span<const int32_t> tokens,
-                    float* out, Workspace& ws);
+                    float* out, Scratch& logits);
 
 }  // namespace photon

@@ -16,10 +16,9 @@ struct RecGenState {
   KvCache top;      // level-L encoder cache: the only cache that grows
   Matrix top_last;  // [1, D_L]: X(L) of the last complete top unit
   bool has_top = false;
-  std::vector<Matrix> plans;      // plans[l]: [C_l, D_{l-1}] latents of the level-l unit's children
-  std::vector<Window> group;      // level-1 windows of the open level-2 unit
-  int64_t group_start = 0;        // position of the group's first token
-  std::vector<int> lane_windows;  // the window of each lane of the last lanes() call
+  std::vector<Matrix> plans;  // plans[l]: [C_l, D_{l-1}] latents of the level-l unit's children
+  std::vector<Window> group;  // level-1 windows of the open level-2 unit
+  int64_t group_start = 0;    // position of the group's first token
   // Tokens after the prompt were consumed (generated, or known ones consumed alike): more tokens
   // continue RecGen's own latents instead of re-encoding a prompt.
   bool generated = false;

@@ -10,7 +10,7 @@
 
 namespace photon {
 
-Runner::Runner(const Model& model) : model_(model), ws_(model.backend()) {}
+void Runner::rollback(Session&) const {}
 
 size_t Runner::pass_tokens() const {
   return static_cast<size_t>(std::max<int64_t>(1, model_.backend().prefill_pass_rows()));
@@ -48,6 +48,20 @@ std::unique_ptr<Runner> make_runner(Mode mode, const Model& model) {
     case Mode::Vanilla: return make_vanilla_runner(model);
   }
   fail(PHOTON_ERR_INTERNAL, "make_runner: unknown mode");
+}
+
+void Runners::borrow(Session& session) {
+  Runner*& runner = runners_[static_cast<size_t>(session.mode)];
+  if (!runner) runner = session.runner.get();
+}
+
+Runner& Runners::of(Mode mode) {
+  const size_t i = static_cast<size_t>(mode);
+  if (!runners_[i]) {
+    owned_[i] = make_runner(mode, model_);
+    runners_[i] = owned_[i].get();
+  }
+  return *runners_[i];
 }
 
 }  // namespace photon

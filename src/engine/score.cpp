@@ -14,22 +14,30 @@ namespace photon {
 
 namespace {
 
-void score_vanilla(const Model& model, std::span<const int32_t> tokens, float* out, Workspace& ws) {
+struct ScoreScratch {
+  Scratch embedded, logits;
+  StackScratch stack;   // vanilla
+  LevelScratch levels;  // PHOTON
+};
+
+void score_vanilla(const Model& model, std::span<const int32_t> tokens, float* out,
+                   ScoreScratch& scratch) {
   const ModelConfig& c = model.config();
   const Weights& w = model.weights();
   Backend& b = model.backend();
   const int t = static_cast<int>(tokens.size());
-  const Tensor x = ws.get(Slot::Embedded, t, c.dim);
+  const Tensor x = scratch.embedded.get(b, t, c.dim);
   b.embed(w.tok_emb, tokens, x);
   KvCache cache;
   cache.allocate(b, c.stack.layers, t, c.stack.kv_dim(), DType::F32);
   const StackSegment segment{&cache, t};
-  stack_forward(w.stack, c.norm_eps, c.rope_theta, x, {&segment, 1}, ws);
+  stack_forward(b, w.stack, c.norm_eps, c.rope_theta, x, {&segment, 1}, scratch.stack);
   // Row i predicts token i + 1 (spec section 4).
-  token_logprobs(model, x.slice(0, t - 1), tokens.subspan(1), out + 1, ws);
+  token_logprobs(model, x.slice(0, t - 1), tokens.subspan(1), out + 1, scratch.logits);
 }
 
-void score_photon(const Model& model, std::span<const int32_t> tokens, float* out, Workspace& ws) {
+void score_photon(const Model& model, std::span<const int32_t> tokens, float* out,
+                  ScoreScratch& scratch) {
   const ModelConfig& c = model.config();
   const Weights& w = model.weights();
   Backend& b = model.backend();
@@ -51,7 +59,7 @@ void score_photon(const Model& model, std::span<const int32_t> tokens, float* ou
                    c.level(l).encoder.kv_dim(), DType::F32);
     const EncodeJob job{&cache, X[l - 1].slice(0, M[l] * c.level(l).chunk_len),
                         static_cast<int>(M[l]), X[l]};
-    encode_units(model, l, {&job, 1}, ws);
+    encode_units(model, l, {&job, 1}, scratch.levels);
   }
   // Decoder, top-down (spec 3.3): cond row u conditions level-l unit u; the windows of level l
   // yield the conditioners of level l - 1 (and at level 1 the hidden state that predicts each
@@ -70,7 +78,7 @@ void score_photon(const Model& model, std::span<const int32_t> tokens, float* ou
       int64_t n_inputs = 0;
       for (int64_t u = u0; u < u0 + count; ++u)
         n_inputs += std::min<int64_t>(cl, N[l - 1] - u * cl) - 1;
-      const Tensor inputs = ws.get(Slot::Embedded, n_inputs, e);
+      const Tensor inputs = scratch.embedded.get(b, n_inputs, e);
       std::vector<Window> windows(count);
       std::vector<WindowJob> jobs;
       std::vector<int32_t> ids;
@@ -92,7 +100,7 @@ void score_photon(const Model& model, std::span<const int32_t> tokens, float* ou
         b.embed(w.tok_emb_dec, ids, inputs);
       else
         b.copy_rows(copies);
-      run_windows(model, l, jobs, ws);
+      run_windows(model, l, jobs, scratch.levels);
       copies.clear();
       for (int64_t i = 0; i < count; ++i)
         copies.push_back({below.slice((u0 + i) * cl, windows[i].n_outputs),
@@ -102,7 +110,7 @@ void score_photon(const Model& model, std::span<const int32_t> tokens, float* ou
     cond = std::move(below);
   }
   // cond now holds, for each token i, the hidden state of the window output that predicts it.
-  token_logprobs(model, cond.slice(1, t - 1), tokens.subspan(1), out + 1, ws);
+  token_logprobs(model, cond.slice(1, t - 1), tokens.subspan(1), out + 1, scratch.logits);
 }
 
 }  // namespace
@@ -110,11 +118,11 @@ void score_photon(const Model& model, std::span<const int32_t> tokens, float* ou
 void score_tokens(const Model& model, std::span<const int32_t> tokens, float* out) {
   out[0] = NAN;
   if (tokens.size() < 2) return;
-  Workspace ws(model.backend());
+  ScoreScratch scratch;
   if (model.config().arch == Arch::Vanilla)
-    score_vanilla(model, tokens, out, ws);
+    score_vanilla(model, tokens, out, scratch);
   else
-    score_photon(model, tokens, out, ws);
+    score_photon(model, tokens, out, scratch);
 }
 
 std::vector<ScoreWindow> score_windows(int64_t n, int64_t context, int64_t stride) {

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "engine/model.h"
-#include "engine/workspace.h"
 
 namespace photon {
 

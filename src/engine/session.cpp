@@ -85,6 +85,28 @@ void Session::discard_ahead() {
   runner->rollback(*this);
 }
 
+namespace {
+
+// Runs a prefill of `sessions`: the text they generate next no longer continues the text before
+// it (stop strings are matched within it, and a pull loop that a stop string ended is over), and
+// a cancellation that stops the prefill is answered, so that it does not also stop the next call.
+template <typename Body>
+void prefilling(std::span<Session* const> sessions, Body&& body) {
+  for (Session* s : sessions) {
+    s->stream.recent.clear();
+    s->stream.string_stop_owed = false;
+  }
+  try {
+    changing(sessions, body);
+  } catch (const Error& e) {
+    if (e.status() == PHOTON_ERR_CANCELLED)
+      for (Session* s : sessions) s->cancel_requested.store(false);
+    throw;
+  }
+}
+
+}  // namespace
+
 void Session::check_prefill(std::span<const int32_t> tokens, std::string_view who) const {
   stream.require_usable(who);
   const int32_t v = model.config().vocab_size;
@@ -105,7 +127,7 @@ void Session::prefill(std::span<const int32_t> tokens, std::string_view who, flo
   cancel_requested.store(false);
   discard_ahead();
   Session* self = this;
-  changing({&self, 1}, [&] { runner->prefill(*this, tokens, logprobs); });
+  prefilling({&self, 1}, [&] { runner->prefill(*this, tokens, logprobs); });
 }
 
 void prefill_batch(std::span<Session* const> sessions,
@@ -116,19 +138,24 @@ void prefill_batch(std::span<Session* const> sessions,
     s->cancel_requested.store(false);
     s->discard_ahead();
   }
-  changing(sessions, [&] {
-    std::vector<Session*> group;
-    std::vector<std::span<const int32_t>> group_tokens;
-    for (Mode mode : {Mode::HierGen, Mode::RecGen, Mode::Vanilla}) {
+  if (sessions.empty()) return;
+  Runners runners(sessions[0]->model);
+  for (Session* s : sessions) {
+    runners.borrow(*s);  // the sessions are this call's until it returns
+    runners.of(s->mode);
+  }
+  std::vector<Session*> group;
+  std::vector<std::span<const int32_t>> group_tokens;
+  prefilling(sessions, [&] {
+    by_mode(sessions, [&](Mode mode, std::span<const size_t> indices) {
       group.clear();
       group_tokens.clear();
-      for (size_t i = 0; i < sessions.size(); ++i) {
-        if (sessions[i]->mode != mode) continue;
+      for (size_t i : indices) {
         group.push_back(sessions[i]);
         group_tokens.push_back(tokens[i]);
       }
-      if (!group.empty()) group[0]->runner->prefill_batch(group, group_tokens);
-    }
+      runners.of(mode).prefill_batch(group, group_tokens);
+    });
   });
 }
 

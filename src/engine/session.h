@@ -40,7 +40,7 @@ struct Session {
   const DType kv_type;  // storage of the session's KV caches
   std::vector<int32_t> history;
   ModeState state;
-  std::unique_ptr<Runner> runner;
+  std::unique_ptr<Runner> runner;  // of the session's own calls: prefill, save, restore, ...
   SamplerConfig sampler;
   // photon_session_options_set_context_shift: a full context keeps its last half and goes on.
   bool context_shift = false;
@@ -96,9 +96,23 @@ struct Session {
       : model(m), mode(md), context(ctx), kv_type(kv), sampler(s) {}
 };
 
+// Calls fn(mode, indices) for each mode among the sessions, in the order of kModes, with the
+// indices of that mode's sessions in their order: a batch runs each mode's runner once over all of
+// its sessions.
+template <typename Fn>
+void by_mode(std::span<Session* const> sessions, Fn&& fn) {
+  std::vector<size_t> indices;
+  for (Mode mode : kModes) {
+    indices.clear();
+    for (size_t i = 0; i < sessions.size(); ++i)
+      if (sessions[i]->mode == mode) indices.push_back(i);
+    if (!indices.empty()) fn(mode, std::span<const size_t>(indices));
+  }
+}
+
 // photon_session_prefill_batch: checks every session's tokens (messages say "session i") before
 // any is consumed, then consumes tokens[i] into sessions[i] (sessions of one model, each once),
-// the sessions of each mode together (Runner::prefill_batch).
+// the sessions of each mode together (Runner::prefill_batch of a runner of the call's own).
 void prefill_batch(std::span<Session* const> sessions,
                    std::span<const std::span<const int32_t>> tokens, std::string_view who);
 

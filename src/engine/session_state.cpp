@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "engine/session_state_v2.h"
 #include "format/data_hash.h"
 
 namespace photon {
@@ -113,12 +114,10 @@ std::vector<uint8_t> save_session(Session& s, std::string_view who) {
   flatbuffers::FlatBufferBuilder& b = w.builder();
   const std::string& pending = s.stream.utf8.pending();
   const auto state = fb::CreateSessionState(
-      b, s.kv_type == DType::F32 ? 1 : 2, model.file().data_hash(),
-      b.CreateString(model.config_json()), tokenizer_hash(model), w.kind, s.context,
-      b.CreateVector(s.history), w.consumed, put_sampler(b, s.sampler),
+      b, kSessionFormatVersion, model.file().data_hash(), b.CreateString(model.config_json()),
+      tokenizer_hash(model), s.context, b.CreateVector(s.history), put_sampler(b, s.sampler),
       b.CreateVector(reinterpret_cast<const uint8_t*>(pending.data()), pending.size()),
-      b.CreateString(s.stream.recent), w.levels, w.top_last, w.has_top, w.top, w.plans, w.group,
-      w.group_start, w.generated, w.kv_cache, w.hidden, static_cast<fb::KvType>(s.kv_type));
+      b.CreateString(s.stream.recent), static_cast<fb::KvType>(s.kv_type), w.mode_type(), w.mode());
   fb::FinishSizePrefixedSessionStateBuffer(b, state);
   std::vector<uint8_t> blob(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
   const uint64_t hash = hash_data_section(blob.data(), blob.size());
@@ -178,6 +177,21 @@ void StateReader::floats(const flatbuffers::Vector<float>* in, const Tensor& dst
   if (in->size() > 0) backend_.upload(dst, in->data());
 }
 
+namespace {
+
+// The mode whose table a version 3 state holds.
+Mode mode_of(fb::ModeState type) {
+  switch (type) {
+    case fb::ModeState::HierGenState: return Mode::HierGen;
+    case fb::ModeState::RecGenState: return Mode::RecGen;
+    case fb::ModeState::VanillaState: return Mode::Vanilla;
+    case fb::ModeState::NONE: corrupt("the session kind is missing");
+  }
+  corrupt("unknown session kind " + std::to_string(static_cast<int>(type)));
+}
+
+}  // namespace
+
 std::unique_ptr<Session> restore_session(const Model& model, std::span<const uint8_t> blob) {
   using R = StateReader;
   // Framing: [u32 size][FlatBuffer: root offset, "PHSS", ...][u64 hash].
@@ -200,10 +214,12 @@ std::unique_ptr<Session> restore_session(const Model& model, std::span<const uin
     stored |= static_cast<uint64_t>(blob[4 + size + i]) << (8 * i);
   R::expect(hash_data_section(blob.data(), 4 + size) == stored,
             "the integrity hash does not match (the state is damaged)");
-  flatbuffers::Verifier verifier(blob.data(), 4 + size, 64, 1u << 22);
+  // The common fields keep their ids in every version, so this table reads them in all.
+  const std::span<const uint8_t> buffer = blob.first(4 + size);
+  flatbuffers::Verifier verifier(buffer.data(), buffer.size(), 64, 1u << 22);
   R::expect(fb::VerifySizePrefixedSessionStateBuffer(verifier),
             "the FlatBuffers verifier rejected the state");
-  const fb::SessionState* st = fb::GetSizePrefixedSessionState(blob.data());
+  const fb::SessionState* st = fb::GetSizePrefixedSessionState(buffer.data());
 
   check(st->format_version() <= kSessionFormatVersion, PHOTON_ERR_UNSUPPORTED_VERSION,
         "session state: format version " + std::to_string(st->format_version()) +
@@ -218,13 +234,8 @@ std::unique_ptr<Session> restore_session(const Model& model, std::span<const uin
 
   const ModelConfig& c = model.config();
   const int L = c.arch == Arch::Vanilla ? 0 : c.num_levels();
-  Mode mode = Mode::Vanilla;
-  switch (st->kind()) {
-    case fb::SessionKind::HierGen: mode = Mode::HierGen; break;
-    case fb::SessionKind::RecGen: mode = Mode::RecGen; break;
-    case fb::SessionKind::Vanilla: mode = Mode::Vanilla; break;
-    default: corrupt("unknown session kind");
-  }
+  const fb::v2::SessionState* v2 = st->format_version() <= 2 ? v2_state(buffer) : nullptr;
+  const Mode mode = v2 ? v2_mode(*v2) : mode_of(st->mode_type());
   R::expect(
       (mode == Mode::Vanilla) == (c.arch == Arch::Vanilla) && (mode != Mode::RecGen || L >= 2),
       "the session kind does not fit the model");
@@ -235,9 +246,6 @@ std::unique_ptr<Session> restore_session(const Model& model, std::span<const uin
   R::expect(n <= context, "the history is longer than the context");
   for (int32_t t : *st->tokens())
     R::expect(t >= 0 && t < c.vocab_size, "a token id is outside the vocabulary");
-  const int64_t consumed = st->consumed();
-  R::expect(consumed >= 0 && consumed <= n && (mode != Mode::RecGen || consumed == n),
-            "the consumed count is invalid");
 
   const fb::KvType kv = st->kv_type();
   R::expect(kv == fb::KvType::F32 || kv == fb::KvType::BF16 || kv == fb::KvType::F16,
@@ -247,7 +255,12 @@ std::unique_ptr<Session> restore_session(const Model& model, std::span<const uin
   std::unique_ptr<Session> s =
       Session::create(model, mode, context, get_sampler(st->sampler()), static_cast<DType>(kv));
   s->history.assign(st->tokens()->begin(), st->tokens()->end());
-  s->runner->restore(*s, StateReader(model.backend(), *st, c));
+  if (v2) {
+    const V2ModeTable table(*v2, mode, c);
+    s->runner->restore(*s, StateReader(model.backend(), table.type(), table.table()));
+  } else {
+    s->runner->restore(*s, StateReader(model.backend(), st->mode_type(), st->mode()));
+  }
   if (st->utf8_pending()) {
     R::expect(st->utf8_pending()->size() < 4, "the held-back UTF-8 bytes are too many");
     s->stream.utf8.set_pending(std::string(st->utf8_pending()->begin(), st->utf8_pending()->end()));

@@ -1,7 +1,7 @@
 // Saving and restoring sessions (schemas/session.fbs): the exact caches, history, sampler and
 // stream state, so that a restored session continues exactly as the original would have. The
-// common part is written here; each mode's runner writes and reads its own part through a
-// StateWriter / StateReader.
+// part every session has is written and read here; the state of its mode is one table of the
+// ModeState union, which the mode's runner writes and reads through a StateWriter / StateReader.
 #pragma once
 
 #include <cstdint>
@@ -16,9 +16,10 @@
 
 namespace photon {
 
-// Newest session-state format version this build reads. It writes version 1 for sessions with f32
-// KV caches, so that older builds read them, and version 2 (16-bit caches) otherwise.
-constexpr uint32_t kSessionFormatVersion = 2;
+// The format version this build writes, and the newest it reads. Versions 1 and 2 (f32 caches, and
+// 16-bit ones) kept every mode's fields in one table (schemas/session_v2.fbs); they still restore
+// (engine/session_state_v2.h).
+constexpr uint32_t kSessionFormatVersion = 3;
 
 template <typename T>
 using FbOffset = flatbuffers::Offset<T>;
@@ -37,30 +38,36 @@ class StateWriter {
   FbOffset<fb::WindowState> window(const Window& window);
   FbVector<float> floats(const Tensor& values);
 
-  // The mode's fields of the SessionState table, set by the runner.
-  fb::SessionKind kind = fb::SessionKind::Vanilla;
-  int64_t consumed = 0;
-  FbVector<FbOffset<fb::LevelState>> levels;
-  FbVector<float> top_last, hidden;
-  FbOffset<fb::Cache> top, kv_cache;
-  FbVector<FbOffset<fb::Plan>> plans;
-  FbVector<FbOffset<fb::WindowState>> group;
-  bool has_top = false, generated = false;
-  int64_t group_start = 0;
+  // The mode's table of the ModeState union (fb::HierGenState, ...).
+  template <typename Table>
+  void set_mode(FbOffset<Table> table) {
+    mode_type_ = fb::ModeStateTraits<Table>::enum_value;
+    mode_ = table.Union();
+  }
+  fb::ModeState mode_type() const { return mode_type_; }
+  flatbuffers::Offset<void> mode() const { return mode_; }
 
  private:
   Backend& backend_;
   uint64_t estimate_;
   flatbuffers::FlatBufferBuilder b_{1 << 16};
+  fb::ModeState mode_type_ = fb::ModeState::NONE;
+  flatbuffers::Offset<void> mode_;
 };
 
 class StateReader {
  public:
-  StateReader(Backend& backend, const fb::SessionState& state, const ModelConfig& config)
-      : backend_(backend), state_(state), config_(config) {}
+  // Reads the mode's table `mode_table` of type `mode_type` (may be null: then mode() refuses).
+  StateReader(Backend& backend, fb::ModeState mode_type, const void* mode_table)
+      : backend_(backend), mode_type_(mode_type), mode_table_(mode_table) {}
 
-  const fb::SessionState& state() const { return state_; }
-  const ModelConfig& config() const { return config_; }
+  // The mode's table; Error(PHOTON_ERR_CORRUPT) naming the mode when it is absent.
+  template <typename Table>
+  const Table& mode(std::string_view mode_name) const {
+    expect(mode_type_ == fb::ModeStateTraits<Table>::enum_value && mode_table_ != nullptr,
+           "the " + std::string(mode_name) + " state is missing");
+    return *static_cast<const Table*>(mode_table_);
+  }
   // Fills a cache allocated for this model and context; expected_len < 0 accepts any length.
   void cache(const fb::Cache* in, KvCache& cache, int64_t expected_len,
              const std::string& what) const;
@@ -74,8 +81,8 @@ class StateReader {
 
  private:
   Backend& backend_;
-  const fb::SessionState& state_;
-  const ModelConfig& config_;
+  fb::ModeState mode_type_;
+  const void* mode_table_;
 };
 
 // photon_session_save: the session's state (it must hold no token fetched only in part; tokens

@@ -4,9 +4,8 @@
 
 namespace photon {
 
-void stack_forward(const StackWeights& w, float norm_eps, float rope_theta, const Tensor& x,
-                   std::span<const StackSegment> segments, Workspace& ws) {
-  Backend& b = ws.backend();
+void stack_forward(Backend& b, const StackWeights& w, float norm_eps, float rope_theta,
+                   const Tensor& x, std::span<const StackSegment> segments, StackScratch& scratch) {
   const StackConfig& c = w.config;
   const int d = w.dim, qd = c.q_dim(), kvd = c.kv_dim(), f = c.ffn_dim;
   int n = 0;
@@ -18,14 +17,14 @@ void stack_forward(const StackWeights& w, float norm_eps, float rope_theta, cons
     n += seg.rows;
   }
   if (n == 0) return;
-  const Tensor xn = ws.get(Slot::Normed, n, d);      // [n, D]
-  const Tensor q = ws.get(Slot::Query, n, qd);       // [n, H d_h]
-  const Tensor k = ws.get(Slot::Key, n, kvd);        // [n, H_kv d_h]
-  const Tensor v = ws.get(Slot::Value, n, kvd);      // [n, H_kv d_h]
-  const Tensor att = ws.get(Slot::Attended, n, qd);  // [n, H d_h]
-  const Tensor gate = ws.get(Slot::Gate, n, f);      // [n, F]
-  const Tensor up = ws.get(Slot::Up, n, f);          // [n, F]
-  const Tensor rope = ws.get(Slot::Rope, 2 * n, c.head_dim / 2);
+  const Tensor xn = scratch.normed.get(b, n, d);      // [n, D]
+  const Tensor q = scratch.query.get(b, n, qd);       // [n, H d_h]
+  const Tensor k = scratch.key.get(b, n, kvd);        // [n, H_kv d_h]
+  const Tensor v = scratch.value.get(b, n, kvd);      // [n, H_kv d_h]
+  const Tensor att = scratch.attended.get(b, n, qd);  // [n, H d_h]
+  const Tensor gate = scratch.gate.get(b, n, f);      // [n, F]
+  const Tensor up = scratch.up.get(b, n, f);          // [n, F]
+  const Tensor rope = scratch.rope.get(b, 2 * n, c.head_dim / 2);
   std::vector<int64_t> positions;
   positions.reserve(n);
   for (const StackSegment& seg : segments)

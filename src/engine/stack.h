@@ -5,8 +5,8 @@
 #include <span>
 
 #include "engine/kv_cache.h"
+#include "engine/scratch.h"
 #include "engine/weights.h"
-#include "engine/workspace.h"
 
 namespace photon {
 
@@ -17,8 +17,13 @@ struct StackSegment {
   int rows;
 };
 
+// What stack_forward writes besides x: each layer's activations.
+struct StackScratch {
+  Scratch normed, query, key, value, attended, gate, up, rope;
+};
+
 // x: [n, D] in, the stack's final-normed output out (in place); n = sum of segment rows.
-void stack_forward(const StackWeights& w, float norm_eps, float rope_theta, const Tensor& x,
-                   std::span<const StackSegment> segments, Workspace& ws);
+void stack_forward(Backend& b, const StackWeights& w, float norm_eps, float rope_theta,
+                   const Tensor& x, std::span<const StackSegment> segments, StackScratch& scratch);
 
 }  // namespace photon

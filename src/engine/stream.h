@@ -27,11 +27,17 @@ struct Stream {
     std::string piece;
   };
 
+  // The longest stop string photon_session_options_add_stop_string accepts; `recent` always keeps
+  // at least this many bytes of the text before a new piece, all that such a string can span.
+  static constexpr size_t kMaxStopString = 4096;
+
   std::map<int64_t, Sampled> ahead;  // sampled at these positions, not delivered yet
   Utf8Stream utf8;
   std::string recent;  // the tail of the delivered text, for stop strings
   std::optional<Held> held;
   photon_stop_reason stop_reason = PHOTON_STOP_NONE;
+  // The last pull returned the token that completed a stop string: the next pull returns none.
+  bool string_stop_owed = false;
   photon_status broken = PHOTON_OK;
 
   // Throws the status of the failure that left the session unusable.

@@ -16,7 +16,7 @@ class VanillaRunner final : public Runner {
  public:
   using Runner::Runner;
 
-  void init(Session& s) override {
+  void init(Session& s) const override {
     const ModelConfig& c = model_.config();
     VanillaState& st = s.state.emplace<VanillaState>();
     st.cache.allocate(model_.backend(), c.stack.layers, s.context, c.stack.kv_dim(), s.kv_type);
@@ -45,8 +45,9 @@ class VanillaRunner final : public Runner {
     });
   }
 
+  // Every session's undelivered history continues its own cache, in one stack pass for all of
+  // them; sampled tokens are consumed only once they are delivered.
   void catch_up(std::span<Session* const> sessions) override {
-    // Every session's unconsumed tokens continue its own cache: one stack pass for all of them.
     const ModelConfig& c = model_.config();
     Backend& b = model_.backend();
     std::vector<StackSegment> segments;
@@ -61,9 +62,9 @@ class VanillaRunner final : public Runner {
       lagging.push_back(&st);
     }
     if (tokens.empty()) return;
-    const Tensor x = ws_.get(Slot::Embedded, static_cast<int64_t>(tokens.size()), c.dim);
+    const Tensor x = embedded_.get(b, static_cast<int64_t>(tokens.size()), c.dim);
     b.embed(model_.weights().tok_emb, tokens, x);
-    stack_forward(model_.weights().stack, c.norm_eps, c.rope_theta, x, segments, ws_);
+    stack_forward(b, model_.weights().stack, c.norm_eps, c.rope_theta, x, segments, stack_);
     std::vector<RowCopy> copies;
     int64_t row = 0;
     for (size_t i = 0; i < lagging.size(); ++i) {
@@ -73,13 +74,9 @@ class VanillaRunner final : public Runner {
     b.copy_rows(copies);
   }
 
-  void lanes(Session& s, std::vector<Lane>& out) override {
+  void lanes(const Session& s, std::vector<Lane>& out) const override {
     out.assign(1, {static_cast<int64_t>(s.history.size()), s.as<VanillaState>().hidden});
   }
-
-  // Sampled tokens are consumed by the next catch_up, once delivered.
-  void feed(std::span<Session* const>, std::span<const std::vector<int32_t>>) override {}
-  void rollback(Session&) override {}
 
   KvBytes kv_bytes(const Session& s, int) const override {
     return {s.as<VanillaState>().cache.bytes_in_use(), 0};
@@ -88,17 +85,27 @@ class VanillaRunner final : public Runner {
   void save(const Session& s, StateWriter& out) const override {
     const VanillaState& st = s.as<VanillaState>();
     out.expect_bytes(st.cache.bytes_in_use());
-    out.kind = fb::SessionKind::Vanilla;
-    out.kv_cache = out.cache(st.cache);
-    out.hidden = out.floats(st.hidden);
-    out.consumed = st.cache.len;
+    const auto cache = out.cache(st.cache);
+    const auto hidden = out.floats(st.hidden);
+    out.set_mode(fb::CreateVanillaState(out.builder(), cache, hidden));
   }
 
-  void restore(Session& s, const StateReader& in) override {
+  void restore(Session& s, const StateReader& in) const override {
+    const fb::VanillaState& state = in.mode<fb::VanillaState>("vanilla");
+    // It holds the history's first positions, the rest to be consumed lazily.
+    const fb::Cache* cache = state.cache();
+    StateReader::expect(!cache || cache->len() <= static_cast<int64_t>(s.history.size()),
+                        "the KV cache holds " + std::to_string(cache ? cache->len() : 0) +
+                            " positions, more than the history's " +
+                            std::to_string(s.history.size()));
     VanillaState& st = s.as<VanillaState>();
-    in.cache(in.state().cache(), st.cache, in.state().consumed(), "the KV cache");
-    in.floats(in.state().hidden(), st.hidden, "the last hidden state has the wrong size");
+    in.cache(cache, st.cache, -1, "the KV cache");
+    in.floats(state.hidden(), st.hidden, "the last hidden state has the wrong size");
   }
+
+ private:
+  Scratch embedded_;
+  StackScratch stack_;
 };
 
 }  // namespace

@@ -4,12 +4,12 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include "core/json.h"
 #include <optional>
 #include <set>
 #include <vector>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "format/hf_config.h"
 #include "format/model_schema.h"
 #include "format/safetensors.h"

@@ -2,10 +2,10 @@
 
 #include <cmath>
 #include <limits>
-#include "core/json.h"
 #include <utility>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace photon {
 

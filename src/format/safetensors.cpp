@@ -8,10 +8,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include "core/json.h"
 #include <set>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "format/model_schema.h"
 
 namespace photon {

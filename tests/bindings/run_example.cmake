@@ -1,5 +1,6 @@
 # ctest driver: runs a language's example (COMMAND, arguments separated by '|') on MODEL and checks
-# that it streamed a completion: stdout starts with the prompt and goes on, stderr has the summary.
+# that it streamed a completion: stdout starts with the prompt and goes on, stderr has the summary
+# (KIND=engine: an engine example's, which counts requests, tokens and steps).
 string(REPLACE "|" ";" command "${COMMAND}")
 set(prompt "Once upon a time")
 execute_process(COMMAND ${command} ${MODEL} ${prompt} 8
@@ -13,7 +14,11 @@ string(LENGTH "${out}" out_length)
 if(NOT at EQUAL 0 OR NOT out_length GREATER prompt_length)
   message(FATAL_ERROR "the example's output does not continue the prompt:\n${out}")
 endif()
-if(NOT err MATCHES "\\[[0-9]+ tokens, (recgen|hiergen), state [0-9]+ bytes\\]")
+set(summary "\\[[0-9]+ tokens, (recgen|hiergen), state [0-9]+ bytes\\]")
+if(KIND STREQUAL "engine")
+  set(summary "\\[[0-9]+ requests, [0-9]+ tokens, [0-9]+ steps\\]")
+endif()
+if(NOT err MATCHES "${summary}")
   message(FATAL_ERROR "the example printed no summary on stderr:\n${err}")
 endif()
 message(STATUS "example output: ${out}")

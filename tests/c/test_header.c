@@ -228,6 +228,14 @@ static void test_session_options(void) {
   CHECK_STATUS(photon_session_options_add_stop_string(options, NULL), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_session_options_add_stop_string(options, ""), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_session_options_add_stop_string(options, "\n\n"), PHOTON_OK);
+  char longest[4098];
+  memset(longest, 'x', 4097);
+  longest[4097] = '\0';
+  CHECK_STATUS(photon_session_options_add_stop_string(options, longest),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK(contains(photon_last_error(), "4097 bytes"));
+  longest[4096] = '\0';
+  CHECK_STATUS(photon_session_options_add_stop_string(options, longest), PHOTON_OK);
 
   photon_session_options_free(options);
 }
@@ -552,7 +560,7 @@ static void test_model_round_trip(const char *scratch_dir) {
   /* A session: prefill, generate, history. */
   CHECK_STATUS(photon_session_create(model, NULL, &session), PHOTON_OK);
   if (session != NULL) {
-    int32_t position = 0;
+    int32_t position = 0, pulled = 0;
     uint64_t encoder = 0, window = 0;
     CHECK(photon_session_stop_reason(session) == PHOTON_STOP_NONE);
     CHECK(photon_session_mode(session) == PHOTON_MODE_RECGEN);
@@ -570,10 +578,22 @@ static void test_model_round_trip(const char *scratch_dir) {
     CHECK_STATUS(photon_session_kv_bytes(session, 2, &encoder, &window), PHOTON_OK);
     CHECK_STATUS(photon_session_kv_bytes(session, 3, &encoder, &window),
                  PHOTON_ERR_INVALID_ARGUMENT);
-    photon_session_cancel(session); /* nothing runs: a no-op for later calls */
+    photon_session_cancel(session); /* made before a generate call: it discards the request */
     delivered = 0;
     CHECK_STATUS(photon_session_generate(session, 2, count_tokens, &delivered, NULL), PHOTON_OK);
     CHECK(photon_session_stop_reason(session) != PHOTON_STOP_CANCELLED);
+    /* A pull answers a request made before it: -1, nothing generated; the next pull goes on. */
+    position = photon_session_position(session);
+    photon_session_cancel(session);
+    CHECK_STATUS(photon_session_next_token(session, &pulled, text, sizeof text, &needed, NULL),
+                 PHOTON_OK);
+    CHECK(pulled == -1 && needed == 0 && text[0] == '\0');
+    CHECK(photon_session_stop_reason(session) == PHOTON_STOP_CANCELLED);
+    CHECK(photon_session_position(session) == position);
+    CHECK_STATUS(photon_session_next_token(session, &pulled, text, sizeof text, &needed, NULL),
+                 PHOTON_OK);
+    CHECK(pulled >= 0 && photon_session_position(session) == position + 1);
+    CHECK(photon_session_stop_reason(session) == PHOTON_STOP_NONE);
     photon_session_free(session);
   }
   test_engine_round_trip(model);

@@ -1,6 +1,7 @@
 // The hand-made corpus of damaged model files and session states: for every field of
-// schemas/model.fbs and schemas/session.fbs at least one damaged value, with the status and the
-// part of the message that the reader must answer it with. Used by test_damaged.cpp, and written
+// schemas/model.fbs, schemas/session.fbs and schemas/session_v2.fbs (the session states of format
+// versions 1 and 2) at least one damaged value, with the status and the part of the message that
+// the reader must answer it with. Used by test_damaged.cpp, and written
 // into the fuzzers' seed corpora by tests/fuzz/make_seeds.cpp.
 #pragma once
 
@@ -28,14 +29,24 @@ std::vector<DamageCase> damaged_model_files(const std::vector<uint8_t>& photon_f
 
 enum StateModel { kPhotonModel = 0, kVanillaModel = 1 };
 
-// Damaged copies of valid states: HierGen and RecGen of the two-level PHOTON model, and vanilla,
+// The states the cases damage: HierGen and RecGen of the two-level PHOTON model, and vanilla,
 // each holding at least one token.
 struct StateBases {
   std::vector<uint8_t> hiergen, recgen, vanilla;
 };
+// Saved by this build from sessions of tiny_config(2) (B_1 = 2, B_2 = 4: histories that leave
+// every level with pending children, an open window and a filled top-level cache) and of
+// tiny_config(0). Throws std::runtime_error if a call fails.
+StateBases base_states(photon_model* photon, photon_model* vanilla);
+// The same sessions saved by the release of format versions 1 and 2 (tests/states/saved/).
+StateBases released_bases();
+
+// Damaged copies of `bases` (every field of schemas/session.fbs) and of released_bases() (every
+// field of schemas/session_v2.fbs, the cases' fields named "v2.Table.field").
 std::vector<DamageCase> damaged_session_states(const StateBases& bases);
 
-// A state rebuilt through the object API without any change, framed and hashed again.
+// A state rebuilt through the object API of its version without any change, framed and hashed
+// again.
 std::vector<uint8_t> rebuilt_state(const std::vector<uint8_t>& state);
 // A model file rebuilt through the object API without any change.
 std::vector<uint8_t> rebuilt_model_file(const std::vector<uint8_t>& file);

@@ -116,10 +116,8 @@ void state_seeds(const fs::path& root) {
       seeds.add(name + "-short", uint8_t(levels), saved_state(levels, mode, 3, 0, false));
       seeds.add(name + "-long", uint8_t(levels), saved_state(levels, mode, 9, 5, true));
     }
-  photon::hardening::StateBases bases;
-  bases.hiergen = saved_state(2, PHOTON_MODE_HIERGEN, 5, 2, false);
-  bases.recgen = saved_state(2, PHOTON_MODE_RECGEN, 5, 0, false);
-  bases.vanilla = saved_state(0, PHOTON_MODE_AUTO, 4, 1, false);
+  const photon::hardening::StateBases bases =
+      photon::hardening::base_states(photon::fuzz::tiny_model(2), photon::fuzz::tiny_model(0));
   int i = 0;
   for (const auto& c : photon::hardening::damaged_session_states(bases)) {
     const uint8_t levels = c.model == photon::hardening::kVanillaModel ? 0 : 2;

@@ -159,9 +159,10 @@ TEST_F(KvType, SavedStatesKeepTheirTypeAndContinueExactly) {
     const std::vector<uint8_t> exact_blob = photon::testing::save_state(exact);
     const auto* state = photon::fb::GetSizePrefixedSessionState(blob.data());
     const auto* exact_state = photon::fb::GetSizePrefixedSessionState(exact_blob.data());
-    EXPECT_EQ(state->format_version(), 2u) << name;
+    EXPECT_EQ(state->format_version(), 3u) << name;
     EXPECT_EQ(state->kv_type(), photon::fb::KvType::BF16) << name;
-    EXPECT_EQ(exact_state->format_version(), 1u) << name;
+    EXPECT_EQ(exact_state->format_version(), 3u) << name;
+    EXPECT_EQ(exact_state->kv_type(), photon::fb::KvType::F32) << name;
     EXPECT_LT(blob.size(), exact_blob.size()) << name;
     for (auto* s : {original, restored, exact}) photon_session_free(s);
   }

@@ -29,6 +29,7 @@ class StopReason(enum.IntEnum):
     CALLBACK = 4
     CANCELLED = 5
     CONTEXT_FULL = 6
+    ERROR = 7
 
 class Token(NamedTuple):
     id: int
@@ -126,3 +127,90 @@ class Session:
     def set_sampler(self, options: SessionOptions) -> None: ...
     def save(self) -> bytes: ...
     def save_file(self, path: _Path) -> None: ...
+
+class BusyError(PhotonError):
+    status: int
+    status_name: str
+
+class RequestState(enum.IntEnum):
+    WAITING = 0
+    RUNNING = 1
+    PAUSED = 2
+    FINISHED = 3
+
+class RequestStats(NamedTuple):
+    prompt_tokens: int
+    reused_tokens: int
+    generated_tokens: int
+    pauses: int
+    queue_seconds: float
+    first_token_seconds: float
+    decode_seconds: float
+    paused_seconds: float
+
+class EngineStats(NamedTuple):
+    waiting: int
+    running: int
+    paused: int
+    submitted: int
+    refused: int
+    finished: int
+    failed: int
+    cancelled: int
+    prompt_tokens: int
+    reused_tokens: int
+    generated_tokens: int
+    pauses: int
+    steps: int
+    memory_in_use: int
+    memory_peak: int
+    tokens_per_second: float
+
+class Request:
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *exc_info: object) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def state(self) -> RequestState: ...
+    @property
+    def stop_reason(self) -> StopReason: ...
+    @property
+    def error(self) -> Optional[PhotonError]: ...
+    def cancel(self) -> None: ...
+    def wait(self, timeout: Optional[float] = None) -> bool: ...
+    def tokens(self) -> Iterator[Token]: ...
+    def stats(self) -> RequestStats: ...
+    def save(self) -> bytes: ...
+    def take_session(self) -> Session: ...
+
+class Engine:
+    def __init__(
+        self,
+        model: Model,
+        *,
+        max_running: Optional[int] = None,
+        max_waiting: Optional[int] = None,
+        memory_budget: Optional[int] = None,
+        step_tokens: Optional[int] = None,
+    ) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *exc_info: object) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    def start(self) -> None: ...
+    def stop(self, drain: bool = True) -> None: ...
+    def step(self) -> int: ...
+    def submit(
+        self,
+        prompt: Union[_Text, Sequence[int], None] = None,
+        *,
+        options: Optional[SessionOptions] = None,
+        max_tokens: Optional[int] = None,
+        state: Optional[_Bytes] = None,
+        session: Optional[Session] = None,
+        on_token: Optional[Callable[[Token], object]] = None,
+    ) -> Request: ...
+    def stats(self) -> EngineStats: ...

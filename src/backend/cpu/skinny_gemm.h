@@ -8,8 +8,8 @@
 // the range of outputs a thread computes, or the loops and the tile that computed it: for each
 // (r, o), 16 partial sums s[l] += x[r, k] w[o, k] over k = 16 i + l for every whole group of 16
 // columns (ascending), then the tree ((s[l] + s[l + 8]), then + 4, + 2, + 1) down to one sum,
-// then the remaining columns one at a time. The vector kernels fuse each multiply-add; the portable one need not, so the two
-// agree to within f32 rounding.
+// then the remaining columns one at a time. The vector kernels fuse each multiply-add; the
+// portable one need not, so the two agree to within f32 rounding.
 //
 // This header is included by the kernel files compiled for wider instruction sets: it must not
 // bring in inline code with external linkage (see skinny_gemm_avx2.cpp).

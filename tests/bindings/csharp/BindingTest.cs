@@ -1,12 +1,15 @@
 // Tests of the C# binding, run by ctest with mono. Same modes as the other languages' binding
 // tests (see tests/bindings/python/binding_test.py):
 //   BindingTest.exe test MODEL WORKDIR SHIPPED | memory MODEL | save MODEL STATE OUT
-//                   | restore MODEL STATE OUT (SHIPPED: the shipped model, for inputs longer
-//                   than the context)
+//                   | restore MODEL STATE OUT | engine MODEL | engine-memory MODEL
+//                   | engine-exit MODEL open|closed return|exit (SHIPPED: the shipped model, for
+//                   inputs longer than the context)
 using System;
 using System.Collections.Generic;
+using System.Diagnostics;
 using System.IO;
 using System.Linq;
+using System.Reflection;
 using System.Text;
 using System.Threading;
 using Photon;
@@ -90,6 +93,44 @@ static class BindingTest {
       count = session.Generate(10, token => { session.Cancel(); return true; });
       Check(session.StopReason == StopReason.Cancelled && count >= 1 && count < 10,
             $"Cancel() from the callback: {count}, {session.StopReason}");
+    }
+  }
+
+  // Cancel() from another thread ends a pull loop (Tokens) at its next pull, with Cancelled. The
+  // loop waits at its third token until the other thread has cancelled, so that the request lands
+  // inside the loop however the threads are scheduled; every wait is bounded. A Cancel() made
+  // before a loop ends it at its first pull, and pulling again resumes.
+  static void TestCancelIterator(Model model) {
+    using (var endless = new SessionOptions().SetIgnoreEos(true))
+    using (var session = new Session(model, endless))
+    using (var alone = new Session(model, endless)) {
+      session.Prefill(Prompt);
+      alone.Prefill(Prompt);
+      var expected = alone.Tokens(8).Select(t => t.Id).ToList();
+      var third = new ManualResetEventSlim();
+      var cancelled = new ManualResetEventSlim();
+      var canceller = new Thread(() => {
+        if (third.Wait(TimeSpan.FromSeconds(60))) session.Cancel();
+        cancelled.Set();
+      });
+      canceller.Start();
+      var pulled = new List<int>();
+      foreach (var token in session.Tokens(200)) {  // a budget the cancellation must cut short
+        pulled.Add(token.Id);
+        if (pulled.Count == 3) {
+          third.Set();
+          Check(cancelled.Wait(TimeSpan.FromSeconds(60)), "the other thread cancelled in a minute");
+        }
+      }
+      third.Set();
+      canceller.Join();
+      Check(pulled.SequenceEqual(expected.Take(3)) && session.StopReason == StopReason.Cancelled,
+            $"Cancel() from another thread ends the loop: {pulled.Count}, {session.StopReason}");
+      session.Cancel();
+      Check(!session.Tokens(5).Any() && session.StopReason == StopReason.Cancelled,
+            "a Cancel() before a loop ends it at its first pull");
+      Check(session.Tokens(5).Select(t => t.Id).SequenceEqual(expected.Skip(3)),
+            "pulling again resumes");
     }
   }
 
@@ -408,6 +449,414 @@ static class BindingTest {
     ExpectError(() => new Model(modelPath, -1), "negative threads", "PHOTON_ERR_INVALID_ARGUMENT");
   }
 
+  // ---- the serving engine ----------------------------------------------------------------------
+
+  const int EngineTokens = 8;
+  // A bound for waits that end within a second when all is well.
+  static readonly TimeSpan EngineWait = TimeSpan.FromSeconds(120);
+
+  static SessionOptions Greedy() => new SessionOptions().SetIgnoreEos(true);
+
+  static RequestOptions Ask(string prompt, int maxTokens) {
+    using (var greedy = Greedy()) {
+      return new RequestOptions().SetPromptText(prompt).SetOptions(greedy).SetMaxTokens(maxTokens);
+    }
+  }
+
+  // The token ids a session alone generates greedily after prompt: what a request must give.
+  static int[] Alone(Model model, string prompt, int maxTokens) {
+    using (var greedy = Greedy())
+    using (var session = new Session(model, greedy)) {
+      session.Prefill(prompt);
+      return session.Tokens(maxTokens).Select(t => t.Id).ToArray();
+    }
+  }
+
+  static int[] Pulled(Request request) => request.Tokens().Select(t => t.Id).ToArray();
+
+  static void AwaitEnd(Request request) => Check(request.Wait(EngineWait), "the request ends in time");
+
+  static void StepToEnd(Engine engine) {
+    for (int steps = 0; engine.Step() > 0 && steps < 10000; ++steps) {}
+  }
+
+  // Requests streamed at once, pulled by enumerations on threads and pushed to callbacks: each
+  // gives exactly the tokens of its session run alone; statistics count them.
+  static void TestEngineStreams(Model model) {
+    int[][] expected = BatchPrompts.Select(p => Alone(model, p, EngineTokens)).ToArray();
+    using (var options = new EngineOptions().SetMaxRunning(4))
+    using (var engine = new Engine(model, options)) {
+      engine.Start();
+      var pulled = new List<Request>();
+      var pushed = new List<Request>();
+      var pushedTokens = new List<List<Token>>();
+      foreach (string prompt in BatchPrompts) {
+        using (var ask = Ask(prompt, EngineTokens)) {
+          pulled.Add(engine.Submit(ask));
+          var tokens = new List<Token>();
+          pushedTokens.Add(tokens);
+          pushed.Add(engine.Submit(ask, token => { lock (tokens) tokens.Add(token); return true; }));
+        }
+      }
+      var got = new int[pulled.Count][];
+      var threads = pulled.Select((request, i) => new Thread(() => got[i] = Pulled(request)))
+                          .ToList();
+      threads.ForEach(thread => thread.Start());
+      threads.ForEach(thread => thread.Join(EngineWait));
+      for (int i = 0; i < expected.Length; ++i) {
+        Check(got[i] != null && got[i].SequenceEqual(expected[i]), $"pulled tokens of request {i}");
+        AwaitEnd(pushed[i]);
+        Check(pushedTokens[i].Select(t => t.Id).SequenceEqual(expected[i]),
+              $"pushed tokens of request {i}");
+        Check(pushedTokens[i].All(t => t.Logprob <= 0), "log probabilities");
+      }
+      var all = pulled.Concat(pushed).ToList();
+      for (int i = 0; i < all.Count; ++i) {
+        Request request = all[i];
+        RequestStats stats = request.Stats();
+        int promptTokens = model.Tokenize(BatchPrompts[i % BatchPrompts.Length]).Length;
+        Check(request.State == RequestState.Finished && request.StopReason == StopReason.Length
+              && request.Error == null, $"finished by length: {request.State} {request.StopReason}");
+        Check(stats.GeneratedTokens == EngineTokens && stats.PromptTokens == promptTokens
+              && stats.ReusedTokens == 0 && stats.Pauses == 0, "request stats");
+        Check(0 <= stats.QueueSeconds && stats.QueueSeconds <= stats.FirstTokenSeconds
+              && stats.DecodeSeconds >= 0, "request times");
+        request.Dispose();
+      }
+      engine.Stop(true);  // the worker's last step has retired every request
+      EngineStats engineStats = engine.Stats();
+      Check(engineStats.Submitted == all.Count && engineStats.Finished == all.Count
+            && engineStats.Failed == 0 && engineStats.GeneratedTokens == all.Count * EngineTokens
+            && engineStats.Running == 0 && engineStats.Waiting == 0 && engineStats.Steps > 0
+            && engineStats.MemoryPeak > 0 && engineStats.MemoryInUse == 0, "engine stats");
+    }
+  }
+
+  // An engine stepped by the caller's loop: nothing happens between steps.
+  static void TestEngineStepped(Model model) {
+    int[] expected = Alone(model, Prompt, EngineTokens);
+    using (var engine = new Engine(model))
+    using (var ask = Ask(Prompt, EngineTokens))
+    using (var request = engine.Submit(ask)) {
+      Check(request.State == RequestState.Waiting && !request.Wait(TimeSpan.Zero),
+            "waiting before the first step");
+      Check(double.IsNaN(request.Stats().QueueSeconds), "NaN before admission");
+      StepToEnd(engine);
+      Check(request.Wait(TimeSpan.Zero) && Pulled(request).SequenceEqual(expected),
+            "a stepped request gives the tokens of its session alone");
+      Check(engine.Step() == 0, "a step with nothing to do");
+      ExpectError(() => engine.Stop(true), "stop without a worker", "PHOTON_ERR_INVALID_ARGUMENT");
+    }
+  }
+
+  // Cancel from another thread ends a streaming request (pulled or pushed) at the next step; the
+  // other requests go on.
+  static void TestEngineCancel(Model model) {
+    using (var engine = new Engine(model))
+    using (var greedy = Greedy())
+    using (var endless = new RequestOptions().SetPromptText(Prompt).SetOptions(greedy))
+    using (var ask = Ask(Prompt, EngineTokens)) {
+      engine.Start();
+      var pulled = engine.Submit(endless);
+      var got = new List<Token>();
+      var puller = new Thread(() => {
+        foreach (var token in pulled.Tokens()) lock (got) got.Add(token);
+      });
+      puller.Start();
+      var pushedTokens = new List<Token>();
+      var pushed = engine.Submit(endless, token => {
+        lock (pushedTokens) pushedTokens.Add(token);
+        return true;
+      });
+      var beside = engine.Submit(ask);
+      var deadline = DateTime.UtcNow + EngineWait;
+      Func<List<Token>, int> count = tokens => { lock (tokens) return tokens.Count; };
+      while ((count(got) < 2 || count(pushedTokens) < 2) && DateTime.UtcNow < deadline) {
+        Thread.Sleep(5);
+      }
+      var canceller = new Thread(() => {
+        pulled.Cancel();
+        pushed.Cancel();
+      });
+      canceller.Start();
+      canceller.Join();
+      Check(puller.Join(EngineWait), "the enumeration ends after Cancel");
+      var cancelled = new[] { pulled, pushed };
+      var streamed = new[] { got, pushedTokens };
+      for (int i = 0; i < cancelled.Length; ++i) {
+        Request request = cancelled[i];
+        List<Token> tokens = streamed[i];
+        AwaitEnd(request);
+        Check(request.StopReason == StopReason.Cancelled, "cancelled: " + request.StopReason);
+        Check(tokens.Count >= 2 && tokens.Count < model.ContextLength
+              && request.Stats().GeneratedTokens == tokens.Count,
+              "tokens before the cancel: " + tokens.Count);
+      }
+      AwaitEnd(beside);
+      Check(beside.StopReason == StopReason.Length, "the request beside goes on");
+      engine.Stop(false);
+      Check(engine.Stats().Cancelled == 2, "cancelled requests are counted");
+      foreach (var request in new[] { pulled, pushed, beside }) request.Dispose();
+    }
+  }
+
+  // A callback returning false stops its request alone; one that throws stops it and the
+  // exception comes out of Wait; one that waits on its own engine gets an error, not a deadlock;
+  // a request disposed from its own callback just ends.
+  static void TestEngineCallbacks(Model model) {
+    using (var engine = new Engine(model))
+    using (var ask = Ask(Prompt, EngineTokens)) {
+      engine.Start();
+      var seen = new List<Token>();
+      var stopped = engine.Submit(ask, token => { seen.Add(token); return false; });
+      var failures = new List<Token>();
+      var failing = engine.Submit(ask, token => {
+        failures.Add(token);
+        if (failures.Count == 2) throw new CallbackFailure("stop here");
+        return true;
+      });
+      var beside = engine.Submit(ask);
+      AwaitEnd(stopped);
+      Check(seen.Count == 1 && stopped.StopReason == StopReason.Callback, "false stops the request");
+      try {
+        failing.Wait();
+        throw new Exception("the callback's exception was swallowed");
+      } catch (CallbackFailure e) {
+        Check(e.Message == "stop here", "the very exception reaches Wait");
+      }
+      Check(failures.Count == 2 && failing.StopReason == StopReason.Callback,
+            "the exception stopped its request");
+      Check(Pulled(beside).SequenceEqual(Alone(model, Prompt, EngineTokens)), "the others go on");
+
+      using (var two = Ask(Prompt, 2))
+      using (var waiting = engine.Submit(two, token => beside.Wait(TimeSpan.FromSeconds(1)))) {
+        var e = ExpectError(() => waiting.Wait(), "waiting on the engine from its own callback",
+                            "PHOTON_ERR_INVALID_ARGUMENT");
+        Check(e.Message.Contains("callback"), "the message says why: " + e.Message);
+      }
+      Request itself = null;
+      var ready = new ManualResetEventSlim();
+      var closed = new ManualResetEventSlim();
+      using (var open = new RequestOptions().SetPromptText(Prompt)) {
+        itself = engine.Submit(open, token => {
+          ready.Wait();
+          itself.Dispose();
+          closed.Set();
+          return true;
+        });
+      }
+      ready.Set();
+      Check(closed.Wait(EngineWait), "disposed from its own callback");
+      ExpectError(() => { var state = itself.State; }, "use after dispose",
+                  "PHOTON_ERR_INVALID_ARGUMENT");
+      using (var two = Ask(Prompt, 2))
+      using (var after = engine.Submit(two)) {
+        AwaitEnd(after);
+        Check(after.Stats().GeneratedTokens == 2, "the engine serves on");
+      }
+      engine.Stop(true);
+      foreach (var request in new[] { stopped, failing, beside }) request.Dispose();
+    }
+  }
+
+  // A full queue is BusyException; a request that fails ends with its error, which the
+  // enumeration throws; disposed objects refuse calls.
+  static void TestEngineErrors(Model model) {
+    using (var options = new EngineOptions().SetMaxWaiting(1))
+    using (var engine = new Engine(model, options))
+    using (var one = Ask(Prompt, 1))
+    using (var first = engine.Submit(one)) {
+      var e = ExpectError(() => engine.Submit(one), "a full queue", "PHOTON_ERR_BUSY");
+      Check(e is BusyException, "BusyException: " + e.GetType());
+      Check(engine.Stats().Refused == 1 && first.State == RequestState.Waiting,
+            "refused submissions are counted");
+    }
+    using (var options = new EngineOptions().SetMemoryBudget(1))
+    using (var engine = new Engine(model, options))
+    using (var four = Ask(Prompt, 4))
+    using (var request = engine.Submit(four)) {
+      StepToEnd(engine);
+      Check(request.StopReason == StopReason.Error, "stop reason " + request.StopReason);
+      PhotonException error = request.Error;
+      Check(error != null && error.StatusName == "PHOTON_ERR_OUT_OF_MEMORY"
+            && error.Message.Contains("budget"), "the request's error: " + error);
+      ExpectError(() => Pulled(request), "the enumeration of a failed request",
+                  "PHOTON_ERR_OUT_OF_MEMORY");
+      ExpectError(() => request.Save(), "save of a failed request", "PHOTON_ERR_INVALID_ARGUMENT");
+      Check(engine.Stats().Failed == 1, "failed requests are counted");
+    }
+    Engine disposedEngine;
+    using (var engine = new Engine(model))
+    using (var nothing = new RequestOptions())
+    using (var bad = new RequestOptions().SetPrompt(new[] { model.VocabSize }))
+    using (var one = Ask(Prompt, 1)) {
+      ExpectError(() => engine.Submit(nothing), "a request without a prompt",
+                  "PHOTON_ERR_INVALID_ARGUMENT");
+      ExpectError(() => engine.Submit(bad), "a token outside the vocabulary", "PHOTON_ERR_BAD_TOKEN");
+      ExpectError(() => new EngineOptions().SetMaxRunning(0), "max running 0",
+                  "PHOTON_ERR_INVALID_ARGUMENT");
+      var pushed = engine.Submit(one, token => true);
+      ExpectError(() => Pulled(pushed), "pulling a request that has a callback",
+                  "PHOTON_ERR_INVALID_ARGUMENT");
+      pushed.Dispose();
+      pushed.Dispose();  // idempotent
+      ExpectError(() => pushed.Cancel(), "use after dispose", "PHOTON_ERR_INVALID_ARGUMENT");
+      disposedEngine = engine;
+    }
+    using (var one = Ask(Prompt, 1)) {
+      ExpectError(() => disposedEngine.Submit(one), "a disposed engine",
+                  "PHOTON_ERR_INVALID_ARGUMENT");
+    }
+  }
+
+  // A finished request's state and session continue it exactly as the session alone would.
+  static void TestEngineContinue(Model model) {
+    int[] expected = Alone(model, Prompt, 2 * EngineTokens);
+    using (var engine = new Engine(model))
+    using (var ask = Ask(Prompt, EngineTokens))
+    using (var first = engine.Submit(ask)) {
+      StepToEnd(engine);
+      Check(Pulled(first).SequenceEqual(expected.Take(EngineTokens)), "the first half");
+      byte[] state = first.Save();
+      Session session = first.TakeSession();
+      ExpectError(() => first.TakeSession(), "a session taken twice", "PHOTON_ERR_INVALID_ARGUMENT");
+      int position = session.Position;
+      using (var greedy = Greedy())
+      using (var byStateOptions =
+                 new RequestOptions().SetState(state).SetOptions(greedy).SetMaxTokens(EngineTokens))
+      using (var bySessionOptions =
+                 new RequestOptions().SetSession(session).SetMaxTokens(EngineTokens))
+      using (var byState = engine.Submit(byStateOptions))
+      using (var bySession = engine.Submit(bySessionOptions)) {
+        ExpectError(() => { int taken = session.Position; }, "a session taken over",
+                    "PHOTON_ERR_INVALID_ARGUMENT");
+        StepToEnd(engine);
+        foreach (var request in new[] { byState, bySession }) {
+          Check(Pulled(request).SequenceEqual(expected.Skip(EngineTokens)),
+                "the continuation equals the session's alone");
+          Check(request.Stats().ReusedTokens == position, "reused tokens");
+        }
+        using (var again = bySession.TakeSession())
+        using (var restored = Session.Restore(model, byState.Save())) {
+          Check(again.Position == position + EngineTokens, "the taken session's history");
+          Check(restored.Position == position + EngineTokens, "a request's state restores");
+        }
+      }
+    }
+  }
+
+  // A request keeps its engine alive and the engine its model: disposing them first leaves the
+  // request streaming.
+  static void TestEngineOwnership(string modelPath) {
+    int[] expected;
+    using (var model = new Model(modelPath)) expected = Alone(model, Prompt, EngineTokens);
+    var owner = new Model(modelPath);
+    var engine = new Engine(owner);
+    owner.Dispose();
+    engine.Start();
+    using (var ask = Ask(Prompt, EngineTokens))
+    using (var request = engine.Submit(ask)) {
+      engine.Dispose();
+      Check(Pulled(request).SequenceEqual(expected), "the request outlives its engine handle");
+    }  // the engine (and its worker) goes now
+  }
+
+  // Leaves a started engine running a slow callback (its handle open, or closed and held by the
+  // requests) and a pulled request while the program ends: returning from Main or
+  // Environment.Exit.
+  static void ExitWithARunningEngine(string modelPath, string handle, string how) {
+    var model = new Model(modelPath);
+    var engine = new Engine(model);
+    engine.Start();
+    var seen = new CountdownEvent(2);
+    var endless = new RequestOptions().SetPromptText(Prompt).SetOptions(Greedy());
+    engine.Submit(endless, token => {
+      if (!seen.IsSet) seen.Signal();
+      Thread.Sleep(2);  // the worker is in the callback, or about to be, when the exit comes
+      return true;
+    });
+    engine.Submit(endless);
+    if (handle == "closed") engine.Dispose();
+    seen.Wait();
+    if (how == "exit") Environment.Exit(0);
+  }
+
+  // A program that ends while an engine's worker runs callbacks exits cleanly and promptly.
+  static void TestEngineExit(string modelPath) {
+    string mono = Process.GetCurrentProcess().MainModule.FileName;
+    string self = Assembly.GetExecutingAssembly().Location;
+    foreach (string handle in new[] { "open", "closed" }) {
+      foreach (string how in new[] { "return", "exit" }) {
+        var start = new ProcessStartInfo(mono, $"--debug \"{self}\" engine-exit \"{modelPath}\" "
+                                                   + $"{handle} {how}") {
+          UseShellExecute = false, RedirectStandardError = true
+        };
+        using (Process child = Process.Start(start)) {
+          var error = child.StandardError.ReadToEndAsync();
+          bool ended = child.WaitForExit((int)EngineWait.TotalMilliseconds);
+          if (!ended) {
+            child.Kill();
+            child.WaitForExit();
+          }
+          Check(ended && child.ExitCode == 0,
+                $"exit with a running engine ({handle} handle, {how}): "
+                    + (ended ? child.ExitCode.ToString() : "hung") + " " + error.Result);
+        }
+      }
+    }
+  }
+
+  // A model with an engine and two requests (pulled, pushed) run to the end (every tenth by its
+  // worker), one continued from a state, one session taken back.
+  static void ChurnEngine(string modelPath, int iteration, bool dispose) {
+    var model = new Model(modelPath);
+    var small = new SessionOptions().SetContextLength(256).SetSeed((ulong)iteration);
+    var engineOptions = new EngineOptions().SetMaxRunning(2);
+    var engine = new Engine(model, engineOptions);
+    var first = new RequestOptions().SetPrompt(new[] { model.Bos, 5 + iteration % 50 })
+                    .SetOptions(small).SetMaxTokens(2);
+    var second = new RequestOptions().SetPrompt(new[] { model.Bos }).SetOptions(small)
+                     .SetMaxTokens(2);
+    var pulled = engine.Submit(first);
+    var pushed = engine.Submit(second, token => true);
+    if (iteration % 10 == 0) {
+      engine.Start();
+      AwaitEnd(pulled);
+      engine.Stop(true);
+    }
+    StepToEnd(engine);
+    Check(Pulled(pulled).Length == 2, "a churned request");
+    AwaitEnd(pushed);
+    var third = new RequestOptions().SetState(pushed.Save()).SetMaxTokens(1);
+    var continued = engine.Submit(third);
+    var session = pulled.TakeSession();
+    if (dispose) {  // in a different order each time: requests keep their engine and model alive
+      var all = new IDisposable[] { model, engine, pulled, pushed, continued, session, small,
+                                    engineOptions, first, second, third };
+      all[iteration % 6].Dispose();
+      foreach (var item in all) item.Dispose();
+    }
+  }
+
+  static void TestEngineMemory(string modelPath) {
+    for (int i = 0; i < Warmup; ++i) ChurnEngine(modelPath, i, true);
+    GC.Collect();
+    GC.WaitForPendingFinalizers();
+    double baseline = RssMb();
+    for (int i = 0; i < Loops; ++i) ChurnEngine(modelPath, i, true);
+    double disposed = RssMb();
+    for (int i = 0; i < LateLoops; ++i) {  // nothing disposed: finalizers release the objects
+      ChurnEngine(modelPath, i, false);
+      if (i % 10 == 0) GC.Collect();
+    }
+    GC.Collect();
+    GC.WaitForPendingFinalizers();
+    double late = RssMb();
+    Console.WriteLine($"rss: {baseline:F1} MB after warm-up, {disposed:F1} MB after {Loops} "
+                      + $"disposed engine loops, {late:F1} MB after {LateLoops} collected ones");
+    Check(disposed - baseline < DisposedBoundMb && late - baseline < LateBoundMb, "memory grows");
+  }
+
   static void WriteContinuation(Session session, string output) {
     File.WriteAllText(output, string.Join(" ", session.Tokens(8).Select(t => t.Id)) + "\n");
   }
@@ -424,6 +873,8 @@ static class BindingTest {
           Console.WriteLine("ok TestStreaming");
           TestCancel(model);
           Console.WriteLine("ok TestCancel");
+          TestCancelIterator(model);
+          Console.WriteLine("ok TestCancelIterator");
           TestCallbackException(model);
           Console.WriteLine("ok TestCallbackException");
           TestBatch(model);
@@ -446,6 +897,32 @@ static class BindingTest {
         break;
       case "memory":
         TestMemory(modelPath);
+        break;
+      case "engine":
+        using (var model = new Model(modelPath)) {
+          TestEngineStreams(model);
+          Console.WriteLine("ok TestEngineStreams");
+          TestEngineStepped(model);
+          Console.WriteLine("ok TestEngineStepped");
+          TestEngineCancel(model);
+          Console.WriteLine("ok TestEngineCancel");
+          TestEngineCallbacks(model);
+          Console.WriteLine("ok TestEngineCallbacks");
+          TestEngineErrors(model);
+          Console.WriteLine("ok TestEngineErrors");
+          TestEngineContinue(model);
+          Console.WriteLine("ok TestEngineContinue");
+        }
+        TestEngineOwnership(modelPath);
+        Console.WriteLine("ok TestEngineOwnership");
+        TestEngineExit(modelPath);
+        Console.WriteLine("ok TestEngineExit");
+        break;
+      case "engine-exit":
+        ExitWithARunningEngine(modelPath, args[2], args[3]);
+        break;
+      case "engine-memory":
+        TestEngineMemory(modelPath);
         break;
       case "save":
         using (var model = new Model(modelPath))

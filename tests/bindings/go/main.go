@@ -2,7 +2,8 @@
 // binding tests (see tests/bindings/python/binding_test.py):
 //
 //	binding-test test MODEL WORKDIR SHIPPED | memory MODEL | save MODEL STATE OUT |
-//	restore MODEL STATE OUT
+//	restore MODEL STATE OUT | engine MODEL | engine-memory MODEL |
+//	engine-exit MODEL open|closed return|exit (engine.go)
 //
 // SHIPPED is the shipped model (a context of 256 tokens), for inputs longer than the context.
 package main
@@ -140,6 +141,60 @@ func testCancel(model *photon.Model) {
 	})
 	check(err == nil && session.StopReason() == photon.StopCancelled && n >= 1 && n < 10,
 		"Cancel from the callback: %d, %v", n, session.StopReason())
+}
+
+// testCancelIterator: Cancel from another goroutine ends a pull loop (Tokens) at its next pull,
+// with StopCancelled. The loop waits at its third token until the other goroutine has cancelled,
+// so that the request lands inside the loop however the goroutines are scheduled; every wait is
+// bounded. A Cancel made before a loop ends it at its first pull, and pulling again resumes.
+func testCancelIterator(model *photon.Model) {
+	endless := &photon.SessionOptions{IgnoreEOS: true}
+	session, alone := must(model.NewSession(endless)), must(model.NewSession(endless))
+	defer session.Close()
+	defer alone.Close()
+	check(session.PrefillText(prompt) == nil && alone.PrefillText(prompt) == nil, "prefill")
+	var expected []int32
+	for _, token := range pull(alone, 8) {
+		expected = append(expected, token.ID)
+	}
+	third, cancelled := make(chan struct{}), make(chan struct{})
+	go func() {
+		select {
+		case <-third:
+			session.Cancel()
+		case <-time.After(time.Minute):
+		}
+		close(cancelled)
+	}()
+	var pulled []int32
+	it := session.Tokens(200) // a budget the cancellation must cut short
+	for it.Next() {
+		pulled = append(pulled, it.Token().ID)
+		if len(pulled) == 3 {
+			close(third)
+			select {
+			case <-cancelled:
+			case <-time.After(time.Minute):
+				check(false, "the other goroutine did not cancel within a minute")
+			}
+		}
+	}
+	check(it.Err() == nil, "iteration: %v", it.Err())
+	if len(pulled) < 3 { // the loop ended early: let the goroutine go
+		close(third)
+	}
+	<-cancelled
+	check(reflect.DeepEqual(pulled, expected[:3]) && session.StopReason() == photon.StopCancelled,
+		"Cancel from another goroutine ends the loop: %d tokens, %v", len(pulled),
+		session.StopReason())
+	session.Cancel()
+	check(len(pull(session, 5)) == 0 && session.StopReason() == photon.StopCancelled,
+		"a Cancel before a loop ends it at its first pull")
+	var resumed []int32
+	for _, token := range pull(session, 5) {
+		resumed = append(resumed, token.ID)
+	}
+	check(reflect.DeepEqual(resumed, expected[3:8]), "pulling again resumes: %v", resumed)
 }
 
 var errCallback = errors.New("stop here")
@@ -553,6 +608,7 @@ func main() {
 			{"testModel", func() { testModel(model) }},
 			{"testStreaming", func() { testStreaming(model) }},
 			{"testCancel", func() { testCancel(model) }},
+			{"testCancelIterator", func() { testCancelIterator(model) }},
 			{"testCallbackErrors", func() { testCallbackErrors(model) }},
 			{"testBatch", func() { testBatch(model) }},
 			{"testRanges", func() { testRanges(model) }},
@@ -569,6 +625,29 @@ func main() {
 		}
 	case "memory":
 		testMemory(modelPath)
+	case "engine":
+		model := must(photon.Load(modelPath))
+		defer model.Close()
+		for _, test := range []struct {
+			name string
+			run  func()
+		}{
+			{"testEngineStreams", func() { testEngineStreams(model) }},
+			{"testEngineStepped", func() { testEngineStepped(model) }},
+			{"testEngineCancel", func() { testEngineCancel(model) }},
+			{"testEngineCallbacks", func() { testEngineCallbacks(model) }},
+			{"testEngineErrors", func() { testEngineErrors(model) }},
+			{"testEngineContinue", func() { testEngineContinue(model) }},
+			{"testEngineOwnership", func() { testEngineOwnership(modelPath) }},
+			{"testEngineExit", func() { testEngineExit(modelPath) }},
+		} {
+			test.run()
+			fmt.Println("ok", test.name)
+		}
+	case "engine-memory":
+		testEngineMemory(modelPath)
+	case "engine-exit":
+		exitWithARunningEngine(modelPath, os.Args[3], os.Args[4])
 	case "save":
 		model := must(photon.Load(modelPath))
 		defer model.Close()

@@ -1,11 +1,20 @@
 // Tests of the Java binding, run by ctest against photon.jar. Same modes as the other languages'
 // binding tests (see tests/bindings/python/binding_test.py):
 //   BindingTest test MODEL WORKDIR SHIPPED | memory MODEL | save MODEL STATE OUT
-//               | restore MODEL STATE OUT (SHIPPED: the shipped model, for inputs longer than the
-//               context)
+//               | restore MODEL STATE OUT | engine MODEL | engine-memory MODEL
+//               | engine-exit MODEL open|closed return|exit (SHIPPED: the shipped model, for
+//               inputs longer than the context)
+import com.photon.BusyException;
+import com.photon.Engine;
+import com.photon.EngineOptions;
+import com.photon.EngineStats;
 import com.photon.Mode;
 import com.photon.Model;
 import com.photon.PhotonException;
+import com.photon.Request;
+import com.photon.RequestOptions;
+import com.photon.RequestState;
+import com.photon.RequestStats;
 import com.photon.Session;
 import com.photon.SessionOptions;
 import com.photon.StopReason;
@@ -14,11 +23,13 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
 
 public final class BindingTest {
@@ -120,6 +131,49 @@ public final class BindingTest {
       });
       check(session.stopReason() == StopReason.CANCELLED && count >= 1 && count < 10,
           "cancel() from the callback: " + count + ", " + session.stopReason());
+    }
+  }
+
+  // cancel() from another thread ends a pull loop (tokens()) at its next pull, with CANCELLED. The
+  // loop waits at its third token until the other thread has cancelled, so that the request lands
+  // inside the loop however the threads are scheduled; every wait is bounded. A cancel() made
+  // before a loop ends it at its first pull, and pulling again resumes.
+  static void testCancelIterator(Model model) throws InterruptedException {
+    try (SessionOptions endless = new SessionOptions().setIgnoreEos(true);
+        Session session = new Session(model, endless);
+        Session alone = new Session(model, endless)) {
+      session.prefill(PROMPT);
+      alone.prefill(PROMPT);
+      List<Integer> expected = ids(alone.stream(8).collect(Collectors.toList()));
+      CountDownLatch third = new CountDownLatch(1);
+      CountDownLatch cancelled = new CountDownLatch(1);
+      Thread canceller = new Thread(() -> {
+        try {
+          if (third.await(60, TimeUnit.SECONDS)) session.cancel();
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+        }
+        cancelled.countDown();
+      });
+      canceller.start();
+      List<Integer> pulled = new ArrayList<>();
+      for (Token token : session.tokens(200)) { // a budget the cancellation must cut short
+        pulled.add(token.id());
+        if (pulled.size() == 3) {
+          third.countDown();
+          check(cancelled.await(60, TimeUnit.SECONDS), "the other thread cancelled in a minute");
+        }
+      }
+      third.countDown();
+      canceller.join();
+      check(pulled.equals(expected.subList(0, 3)) && session.stopReason() == StopReason.CANCELLED,
+          "cancel() from another thread ends the loop: " + pulled.size() + " tokens, "
+              + session.stopReason());
+      session.cancel();
+      check(session.stream(5).count() == 0 && session.stopReason() == StopReason.CANCELLED,
+          "a cancel() before a loop ends it at its first pull");
+      check(ids(session.stream(5).collect(Collectors.toList())).equals(expected.subList(3, 8)),
+          "pulling again resumes");
     }
   }
 
@@ -449,6 +503,447 @@ public final class BindingTest {
     expectError(() -> new Model(modelPath, -1), "negative threads", "PHOTON_ERR_INVALID_ARGUMENT");
   }
 
+  // ---- the serving engine ----------------------------------------------------------------------
+
+  static final int ENGINE_TOKENS = 8;
+  // A bound for waits that end within a second when all is well.
+  static final Duration ENGINE_WAIT = Duration.ofSeconds(120);
+
+  static SessionOptions greedy() {
+    return new SessionOptions().setIgnoreEos(true);
+  }
+
+  static RequestOptions ask(String prompt, int maxTokens) {
+    try (SessionOptions greedy = greedy()) {
+      return new RequestOptions().setPromptText(prompt).setOptions(greedy).setMaxTokens(maxTokens);
+    }
+  }
+
+  // The token ids a session alone generates greedily after prompt: what a request must give.
+  static List<Integer> alone(Model model, String prompt, int maxTokens) {
+    try (SessionOptions greedy = greedy(); Session session = new Session(model, greedy)) {
+      session.prefill(prompt);
+      return session.stream(maxTokens).map(Token::id).collect(Collectors.toList());
+    }
+  }
+
+  static List<Integer> pulled(Request request) {
+    return request.stream().map(Token::id).collect(Collectors.toList());
+  }
+
+  static void await(Request request) {
+    try {
+      check(request.await(ENGINE_WAIT), "the request ends in time");
+    } catch (InterruptedException e) {
+      throw new AssertionError(e);
+    }
+  }
+
+  static void stepToEnd(Engine engine) {
+    for (int steps = 0; engine.step() > 0 && steps < 10000; ++steps) {
+    }
+  }
+
+  // Requests streamed at once, pulled by iterators on threads and pushed to callbacks: each gives
+  // exactly the tokens of its session run alone; statistics count them.
+  static void testEngineStreams(Model model) throws InterruptedException {
+    List<List<Integer>> expected = new ArrayList<>();
+    for (String prompt : BATCH_PROMPTS) expected.add(alone(model, prompt, ENGINE_TOKENS));
+    try (EngineOptions options = new EngineOptions().setMaxRunning(4);
+        Engine engine = new Engine(model, options)) {
+      engine.start();
+      List<Request> pulledRequests = new ArrayList<>();
+      List<Request> pushedRequests = new ArrayList<>();
+      List<List<Token>> pushed = new ArrayList<>();
+      for (String prompt : BATCH_PROMPTS) {
+        try (RequestOptions ask = ask(prompt, ENGINE_TOKENS)) {
+          pulledRequests.add(engine.submit(ask));
+          List<Token> tokens = Collections.synchronizedList(new ArrayList<>());
+          pushed.add(tokens);
+          pushedRequests.add(engine.submit(ask, tokens::add));
+        }
+      }
+      List<List<Integer>> got = new ArrayList<>();
+      List<Thread> threads = new ArrayList<>();
+      for (Request request : pulledRequests) {
+        List<Integer> ids = Collections.synchronizedList(new ArrayList<>());
+        got.add(ids);
+        threads.add(new Thread(() -> ids.addAll(pulled(request))));
+      }
+      for (Thread thread : threads) thread.start();
+      for (Thread thread : threads) thread.join(ENGINE_WAIT.toMillis());
+      check(got.equals(expected), "pulled tokens: " + got + " vs alone " + expected);
+      List<List<Integer>> pushedIds = new ArrayList<>();
+      for (int i = 0; i < pushedRequests.size(); ++i) {
+        await(pushedRequests.get(i));
+        pushedIds.add(ids(pushed.get(i)));
+      }
+      check(pushedIds.equals(expected), "pushed tokens: " + pushedIds + " vs alone " + expected);
+      List<Request> all = new ArrayList<>(pulledRequests);
+      all.addAll(pushedRequests);
+      for (int i = 0; i < all.size(); ++i) {
+        Request request = all.get(i);
+        RequestStats stats = request.stats();
+        int promptTokens = model.tokenize(BATCH_PROMPTS.get(i % BATCH_PROMPTS.size())).length;
+        check(request.state() == RequestState.FINISHED
+            && request.stopReason() == StopReason.LENGTH && request.error() == null,
+            "finished by length: " + request.state() + " " + request.stopReason());
+        check(stats.getGeneratedTokens() == ENGINE_TOKENS
+            && stats.getPromptTokens() == promptTokens && stats.getReusedTokens() == 0
+            && stats.getPauses() == 0, "request stats");
+        check(0 <= stats.getQueueSeconds() && stats.getQueueSeconds() <= stats.getFirstTokenSeconds()
+            && stats.getDecodeSeconds() >= 0, "request times");
+        request.close();
+      }
+      engine.stop(true); // the worker's last step has retired every request
+      EngineStats stats = engine.stats();
+      int total = all.size();
+      check(stats.getSubmitted() == total && stats.getFinished() == total
+          && stats.getFailed() == 0 && stats.getGeneratedTokens() == total * ENGINE_TOKENS
+          && stats.getRunning() == 0 && stats.getWaiting() == 0 && stats.getSteps() > 0
+          && stats.getMemoryPeak() > 0 && stats.getMemoryInUse() == 0, "engine stats");
+    }
+  }
+
+  // An engine stepped by the caller's loop: nothing happens between steps.
+  static void testEngineStepped(Model model) throws InterruptedException {
+    List<Integer> expected = alone(model, PROMPT, ENGINE_TOKENS);
+    try (Engine engine = new Engine(model); RequestOptions ask = ask(PROMPT, ENGINE_TOKENS);
+        Request request = engine.submit(ask)) {
+      check(request.state() == RequestState.WAITING && !request.await(Duration.ZERO),
+          "waiting before the first step");
+      check(Double.isNaN(request.stats().getQueueSeconds()), "NaN before admission");
+      stepToEnd(engine);
+      check(request.await(Duration.ZERO) && pulled(request).equals(expected),
+          "a stepped request gives the tokens of its session alone");
+      check(engine.step() == 0, "a step with nothing to do");
+      expectError(() -> engine.stop(true), "stop without a worker", "PHOTON_ERR_INVALID_ARGUMENT");
+    }
+  }
+
+  // cancel() from another thread ends a streaming request (pulled or pushed) at the next step; the
+  // other requests go on.
+  static void testEngineCancel(Model model) throws InterruptedException {
+    try (Engine engine = new Engine(model); SessionOptions greedy = greedy();
+        RequestOptions endless = new RequestOptions().setPromptText(PROMPT).setOptions(greedy);
+        RequestOptions ask = ask(PROMPT, ENGINE_TOKENS)) {
+      engine.start();
+      Request pulledRequest = engine.submit(endless);
+      List<Token> got = Collections.synchronizedList(new ArrayList<>());
+      Thread puller = new Thread(() -> pulledRequest.tokens().forEach(got::add));
+      puller.start();
+      List<Token> pushed = Collections.synchronizedList(new ArrayList<>());
+      Request pushedRequest = engine.submit(endless, pushed::add);
+      Request beside = engine.submit(ask);
+      long deadline = System.nanoTime() + ENGINE_WAIT.toNanos();
+      while ((got.size() < 2 || pushed.size() < 2) && System.nanoTime() < deadline) {
+        Thread.sleep(5);
+      }
+      Thread canceller = new Thread(() -> {
+        pulledRequest.cancel();
+        pushedRequest.cancel();
+      });
+      canceller.start();
+      canceller.join();
+      puller.join(ENGINE_WAIT.toMillis());
+      check(!puller.isAlive(), "the iterator ends after cancel()");
+      for (Request request : List.of(pulledRequest, pushedRequest)) {
+        await(request);
+        List<Token> tokens = request == pulledRequest ? got : pushed;
+        check(request.stopReason() == StopReason.CANCELLED, "cancelled: " + request.stopReason());
+        check(tokens.size() >= 2 && tokens.size() < model.contextLength()
+            && request.stats().getGeneratedTokens() == tokens.size(),
+            "tokens before the cancel: " + tokens.size());
+      }
+      await(beside);
+      check(beside.stopReason() == StopReason.LENGTH, "the request beside goes on");
+      engine.stop(false);
+      check(engine.stats().getCancelled() == 2, "cancelled requests are counted");
+      for (Request request : List.of(pulledRequest, pushedRequest, beside)) request.close();
+    }
+  }
+
+  // A callback returning false stops its request alone; one that throws stops it and the
+  // exception comes out of await(); one that waits on its own engine gets an error, not a
+  // deadlock; a request closed from its own callback just ends.
+  static void testEngineCallbacks(Model model) throws InterruptedException {
+    try (Engine engine = new Engine(model); RequestOptions ask = ask(PROMPT, ENGINE_TOKENS)) {
+      engine.start();
+      List<Token> seen = Collections.synchronizedList(new ArrayList<>());
+      Request stopped = engine.submit(ask, token -> seen.add(token) && false);
+      List<Token> failures = Collections.synchronizedList(new ArrayList<>());
+      Request failing = engine.submit(ask, token -> {
+        failures.add(token);
+        if (failures.size() == 2) throw new CallbackFailure("stop here");
+        return true;
+      });
+      Request beside = engine.submit(ask);
+      await(stopped);
+      check(seen.size() == 1 && stopped.stopReason() == StopReason.CALLBACK,
+          "false stops the request");
+      try {
+        failing.await();
+        throw new AssertionError("the callback's exception was swallowed");
+      } catch (CallbackFailure e) {
+        check(e.getMessage().equals("stop here"), "the very exception reaches await()");
+      }
+      check(failures.size() == 2 && failing.stopReason() == StopReason.CALLBACK,
+          "the exception stopped its request");
+      check(pulled(beside).equals(alone(model, PROMPT, ENGINE_TOKENS)), "the others go on");
+
+      try (RequestOptions two = ask(PROMPT, 2)) {
+        Request waiting = engine.submit(two, token -> {
+          try {
+            beside.await(Duration.ofSeconds(1));
+          } catch (InterruptedException e) {
+            throw new AssertionError(e);
+          }
+          return true;
+        });
+        PhotonException e = expectError(waiting::await,
+            "waiting on the engine from its own callback", "PHOTON_ERR_INVALID_ARGUMENT");
+        check(e.getMessage().contains("callback"), "the message says why: " + e.getMessage());
+        waiting.close();
+      }
+      Request[] holder = new Request[1];
+      CountDownLatch ready = new CountDownLatch(1);
+      CountDownLatch closed = new CountDownLatch(1);
+      try (RequestOptions open = new RequestOptions().setPromptText(PROMPT)) {
+        holder[0] = engine.submit(open, token -> {
+          try {
+            ready.await();
+          } catch (InterruptedException e) {
+            throw new AssertionError(e);
+          }
+          holder[0].close();
+          closed.countDown();
+          return true;
+        });
+      }
+      ready.countDown();
+      check(closed.await(ENGINE_WAIT.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS),
+          "closed from its own callback");
+      expectError(() -> holder[0].state(), "use after close", "PHOTON_ERR_INVALID_ARGUMENT");
+      try (RequestOptions two = ask(PROMPT, 2); Request after = engine.submit(two)) {
+        await(after);
+        check(after.stats().getGeneratedTokens() == 2, "the engine serves on");
+      }
+      engine.stop(true);
+      for (Request request : List.of(stopped, failing, beside)) request.close();
+    }
+  }
+
+  // A full queue is BusyException; a request that fails ends with its error, which the iterator
+  // throws; closed objects refuse calls.
+  static void testEngineErrors(Model model) {
+    try (EngineOptions options = new EngineOptions().setMaxWaiting(1);
+        Engine engine = new Engine(model, options); RequestOptions one = ask(PROMPT, 1);
+        Request first = engine.submit(one)) {
+      PhotonException e = expectError(() -> engine.submit(one), "a full queue", "PHOTON_ERR_BUSY");
+      check(e instanceof BusyException, "BusyException: " + e);
+      check(engine.stats().getRefused() == 1 && first.state() == RequestState.WAITING,
+          "refused submissions are counted");
+    }
+    try (EngineOptions options = new EngineOptions().setMemoryBudget(1);
+        Engine engine = new Engine(model, options); RequestOptions four = ask(PROMPT, 4);
+        Request request = engine.submit(four)) {
+      stepToEnd(engine);
+      check(request.stopReason() == StopReason.ERROR, "stop reason " + request.stopReason());
+      PhotonException error = request.error();
+      check(error != null && error.getStatusName().equals("PHOTON_ERR_OUT_OF_MEMORY")
+          && error.getMessage().contains("budget"), "the request's error: " + error);
+      expectError(() -> pulled(request), "the iterator of a failed request",
+          "PHOTON_ERR_OUT_OF_MEMORY");
+      expectError(request::save, "save of a failed request", "PHOTON_ERR_INVALID_ARGUMENT");
+      check(engine.stats().getFailed() == 1, "failed requests are counted");
+    }
+    Engine closedEngine;
+    try (Engine engine = new Engine(model); RequestOptions nothing = new RequestOptions();
+        RequestOptions bad = new RequestOptions().setPrompt(new int[] {model.vocabSize()})) {
+      expectError(() -> engine.submit(nothing), "a request without a prompt",
+          "PHOTON_ERR_INVALID_ARGUMENT");
+      expectError(() -> engine.submit(bad), "a token outside the vocabulary",
+          "PHOTON_ERR_BAD_TOKEN");
+      expectError(() -> new EngineOptions().setMaxRunning(0), "max running 0",
+          "PHOTON_ERR_INVALID_ARGUMENT");
+      try (RequestOptions one = ask(PROMPT, 1)) {
+        Request pushed = engine.submit(one, token -> true);
+        expectError(() -> pulled(pushed), "pulling a request that has a callback",
+            "PHOTON_ERR_INVALID_ARGUMENT");
+        pushed.close();
+        pushed.close(); // idempotent
+        expectError(pushed::state, "use after close", "PHOTON_ERR_INVALID_ARGUMENT");
+      }
+      closedEngine = engine;
+    }
+    try (RequestOptions one = ask(PROMPT, 1)) {
+      expectError(() -> closedEngine.submit(one), "a closed engine", "PHOTON_ERR_INVALID_ARGUMENT");
+    }
+  }
+
+  // A finished request's state and session continue it exactly as the session alone would.
+  static void testEngineContinue(Model model) {
+    List<Integer> expected = alone(model, PROMPT, 2 * ENGINE_TOKENS);
+    try (Engine engine = new Engine(model); RequestOptions ask = ask(PROMPT, ENGINE_TOKENS);
+        Request first = engine.submit(ask)) {
+      stepToEnd(engine);
+      check(pulled(first).equals(expected.subList(0, ENGINE_TOKENS)), "the first half");
+      byte[] state = first.save();
+      Session session = first.takeSession();
+      expectError(first::takeSession, "a session taken twice", "PHOTON_ERR_INVALID_ARGUMENT");
+      int position = session.position();
+      try (SessionOptions greedy = greedy();
+          RequestOptions byStateOptions = new RequestOptions().setState(state).setOptions(greedy)
+              .setMaxTokens(ENGINE_TOKENS);
+          RequestOptions bySessionOptions =
+              new RequestOptions().setSession(session).setMaxTokens(ENGINE_TOKENS);
+          Request byState = engine.submit(byStateOptions);
+          Request bySession = engine.submit(bySessionOptions)) {
+        expectClosed(session);
+        stepToEnd(engine);
+        for (Request request : List.of(byState, bySession)) {
+          check(pulled(request).equals(expected.subList(ENGINE_TOKENS, 2 * ENGINE_TOKENS)),
+              "the continuation equals the session's alone");
+          check(request.stats().getReusedTokens() == position, "reused tokens");
+        }
+        try (Session again = bySession.takeSession();
+            Session restored = Session.restore(model, byState.save())) {
+          check(again.position() == position + ENGINE_TOKENS, "the taken session's history");
+          check(restored.position() == position + ENGINE_TOKENS, "a request's state restores");
+        }
+      }
+    }
+  }
+
+  static void expectClosed(Session session) {
+    expectError(session::position, "a session taken over", "PHOTON_ERR_INVALID_ARGUMENT");
+  }
+
+  // A request keeps its engine alive and the engine its model: closing them first leaves the
+  // request streaming.
+  static void testEngineOwnership(String modelPath) {
+    List<Integer> expected;
+    try (Model model = new Model(modelPath)) {
+      expected = alone(model, PROMPT, ENGINE_TOKENS);
+    }
+    Model model = new Model(modelPath);
+    Engine engine = new Engine(model);
+    model.close();
+    engine.start();
+    try (RequestOptions ask = ask(PROMPT, ENGINE_TOKENS); Request request = engine.submit(ask)) {
+      engine.close();
+      check(pulled(request).equals(expected), "the request outlives its engine handle");
+    } // the engine (and its worker) goes now
+  }
+
+  // Leaves a started engine running a slow callback (its handle open, or closed and held by the
+  // requests) and a pulled request while the program ends: returning from main or System.exit.
+  static void exitWithARunningEngine(String modelPath, String handle, String how)
+      throws InterruptedException {
+    Model model = new Model(modelPath);
+    Engine engine = new Engine(model);
+    engine.start();
+    CountDownLatch seen = new CountDownLatch(2);
+    RequestOptions endless = new RequestOptions().setPromptText(PROMPT).setOptions(greedy());
+    engine.submit(endless, token -> {
+      seen.countDown();
+      try {
+        Thread.sleep(2);  // the worker is in the callback, or about to be, when the exit comes
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
+      return true;
+    });
+    engine.submit(endless);
+    if (handle.equals("closed")) engine.close();
+    seen.await();
+    if (how.equals("exit")) System.exit(0);
+  }
+
+  // A program that ends while an engine's worker runs callbacks exits cleanly and promptly.
+  static void testEngineExit(String modelPath) throws IOException, InterruptedException {
+    String java = ProcessHandle.current().info().command().orElseThrow();
+    String classPath = System.getProperty("java.class.path");
+    for (String handle : List.of("open", "closed")) {
+      for (String how : List.of("return", "exit")) {
+        Process child = new ProcessBuilder(java, "-cp", classPath, "BindingTest", "engine-exit",
+                                           modelPath, handle, how)
+                            .redirectErrorStream(true)
+                            .start();
+        boolean ended = child.waitFor(ENGINE_WAIT.toSeconds(), TimeUnit.SECONDS);
+        if (!ended) child.destroyForcibly().waitFor();
+        String output = new String(child.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        check(ended && child.exitValue() == 0,
+              "exit with a running engine (" + handle + " handle, " + how + "): "
+                  + (ended ? child.exitValue() : "hung") + " " + output);
+      }
+    }
+  }
+
+  // A model with an engine and two requests (pulled, pushed) run to the end (every tenth by its
+  // worker), one continued from a state, one session taken back.
+  static void churnEngine(String modelPath, int iteration, boolean close) {
+    Model model = new Model(modelPath);
+    SessionOptions small = new SessionOptions().setContextLength(256).setSeed(iteration);
+    EngineOptions engineOptions = new EngineOptions().setMaxRunning(2);
+    Engine engine = new Engine(model, engineOptions);
+    RequestOptions first = new RequestOptions()
+        .setPrompt(new int[] {model.bos(), 5 + iteration % 50}).setOptions(small).setMaxTokens(2);
+    RequestOptions second =
+        new RequestOptions().setPrompt(new int[] {model.bos()}).setOptions(small).setMaxTokens(2);
+    Request pulledRequest = engine.submit(first);
+    Request pushedRequest = engine.submit(second, token -> true);
+    if (iteration % 10 == 0) {
+      engine.start();
+      await(pulledRequest);
+      engine.stop(true);
+    }
+    stepToEnd(engine);
+    check(pulled(pulledRequest).size() == 2, "a churned request");
+    await(pushedRequest);
+    RequestOptions third = new RequestOptions().setState(pushedRequest.save()).setMaxTokens(1);
+    Request continued = engine.submit(third);
+    Session session = pulledRequest.takeSession();
+    if (close) { // in a different order each time: requests keep their engine and model alive
+      List<AutoCloseable> all = List.of(model, engine, pulledRequest, pushedRequest, continued,
+          session, small, engineOptions, first, second, third);
+      try {
+        all.get(iteration % 6).close();
+        for (AutoCloseable item : all) item.close();
+      } catch (Exception e) {
+        throw new AssertionError(e);
+      }
+    }
+  }
+
+  static void testEngineMemory(String modelPath) throws IOException {
+    for (int i = 0; i < WARMUP; ++i) churnEngine(modelPath, i, true);
+    System.gc();
+    double baseline = rssMb();
+    for (int i = 0; i < LOOPS; ++i) churnEngine(modelPath, i, true);
+    double closed = rssMb();
+    for (int i = 0; i < LATE_LOOPS; ++i) { // nothing closed: finalizers release the objects
+      churnEngine(modelPath, i, false);
+      if (i % 10 == 0) System.gc();
+    }
+    double late = Double.MAX_VALUE; // finalizers may need a few rounds (see testMemory)
+    int rounds = 0;
+    for (; rounds < 10 && late - baseline >= LATE_BOUND_MB; ++rounds) {
+      System.gc();
+      System.runFinalization();
+      late = Math.min(late, rssMb());
+      try {
+        Thread.sleep(50);
+      } catch (InterruptedException e) {
+        throw new AssertionError(e);
+      }
+    }
+    System.out.printf("rss: %.1f MB after warm-up, %.1f MB after %d closed engine loops, %.1f MB"
+        + " after %d collected ones (%d collection rounds)%n", baseline, closed, LOOPS, late,
+        LATE_LOOPS, rounds);
+    check(closed - baseline < CLOSED_BOUND_MB && late - baseline < LATE_BOUND_MB, "memory grows");
+  }
+
   static void writeContinuation(Session session, String out) throws IOException {
     String ids = session.stream(8).map(t -> Integer.toString(t.id()))
         .collect(Collectors.joining(" "));
@@ -468,6 +963,8 @@ public final class BindingTest {
           System.out.println("ok testStreaming");
           testCancel(model);
           System.out.println("ok testCancel");
+          testCancelIterator(model);
+          System.out.println("ok testCancelIterator");
           testCallbackException(model);
           System.out.println("ok testCallbackException");
           testBatch(model);
@@ -489,6 +986,28 @@ public final class BindingTest {
         }
       }
       case "memory" -> testMemory(modelPath);
+      case "engine" -> {
+        try (Model model = new Model(modelPath)) {
+          testEngineStreams(model);
+          System.out.println("ok testEngineStreams");
+          testEngineStepped(model);
+          System.out.println("ok testEngineStepped");
+          testEngineCancel(model);
+          System.out.println("ok testEngineCancel");
+          testEngineCallbacks(model);
+          System.out.println("ok testEngineCallbacks");
+          testEngineErrors(model);
+          System.out.println("ok testEngineErrors");
+          testEngineContinue(model);
+          System.out.println("ok testEngineContinue");
+        }
+        testEngineOwnership(modelPath);
+        System.out.println("ok testEngineOwnership");
+        testEngineExit(modelPath);
+        System.out.println("ok testEngineExit");
+      }
+      case "engine-exit" -> exitWithARunningEngine(modelPath, args[2], args[3]);
+      case "engine-memory" -> testEngineMemory(modelPath);
       case "save" -> {
         try (Model model = new Model(modelPath); Session session = prompted(model)) {
           session.generate(5);

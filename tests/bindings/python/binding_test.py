@@ -7,16 +7,20 @@
                                               beside it)
     binding_test.py memory MODEL              create and free models and sessions in a loop
     binding_test.py save MODEL STATE OUT      cross-language: save a state, write the continuation
+    binding_test.py engine MODEL              the serving engine: streams, cancel, errors, stats
+    binding_test.py engine-memory MODEL       submit and free engine requests in a loop
     binding_test.py restore MODEL STATE OUT   cross-language: restore it, write the continuation
 
 Every language binding implements the same modes with the same prompt, sampler and budgets, so
 that the continuations written by save and restore can be compared across languages.
 """
 import ast
+import asyncio
 import gc
 import inspect
 import os
 import pathlib
+import subprocess
 import sys
 import threading
 import time
@@ -92,6 +96,43 @@ def test_cancel(model):
         count = session.generate(10, lambda token: session.cancel())
         check(session.stop_reason == photon.StopReason.CANCELLED and 1 <= count < 10,
               f"cancel() from the callback: {count}, {session.stop_reason!r}")
+
+
+def test_cancel_iterator(model):
+    """cancel() from another thread ends a pull loop (tokens()) at its next pull, with
+    StopReason.CANCELLED. The loop waits at its third token until the other thread has cancelled,
+    so that the request lands inside the loop however the threads are scheduled; every wait is
+    bounded. A cancel() made before a loop ends it at its first pull, and pulling again resumes."""
+    endless = photon.SessionOptions().set_ignore_eos(True)
+    with photon.Session(model, endless) as session, photon.Session(model, endless) as alone:
+        session.prefill(PROMPT)
+        alone.prefill(PROMPT)
+        expected = [token.id for token in alone.tokens(8)]
+        third, cancelled = threading.Event(), threading.Event()
+
+        def cancel_at_third():
+            if third.wait(60):
+                session.cancel()
+            cancelled.set()
+
+        canceller = threading.Thread(target=cancel_at_third)
+        canceller.start()
+        pulled = []
+        for token in session.tokens(200):  # a budget the cancellation must cut short
+            pulled.append(token.id)
+            if len(pulled) == 3:
+                third.set()
+                check(cancelled.wait(60), "the other thread cancelled within a minute")
+        third.set()
+        canceller.join()
+        check(pulled == expected[:3] and session.stop_reason == photon.StopReason.CANCELLED,
+              f"cancel() from another thread ends the loop: {len(pulled)} tokens, "
+              f"{session.stop_reason!r}")
+        session.cancel()
+        check(list(session.tokens(5)) == [] and
+              session.stop_reason == photon.StopReason.CANCELLED,
+              "a cancel() before a loop ends it at its first pull")
+        check([token.id for token in session.tokens(5)] == expected[3:8], "pulling again resumes")
 
 
 class CallbackFailure(Exception):
@@ -395,6 +436,8 @@ def stub_signatures(node):
             defaults = len(item.args.defaults)
             names = [a.arg + ("=" if i >= len(arguments) - defaults else "")
                      for i, a in enumerate(arguments)]
+            names += [a.arg + ("=" if default is not None else "")
+                      for a, default in zip(item.args.kwonlyargs, item.args.kw_defaults)]
             members[item.name] = [n for n in names if n != "self"]
         elif isinstance(item, ast.AnnAssign):
             members[item.target.id] = "field"
@@ -501,6 +544,389 @@ def test_memory(model_path):
     check(closed - baseline < CLOSED_BOUND_MB and late - baseline < LATE_BOUND_MB, "memory grows")
 
 
+# ---- the serving engine ----------------------------------------------------------------------
+
+ENGINE_TOKENS = 8
+ENGINE_WAIT_S = 120  # a bound for waits that end within a second when all is well
+# RSS growth allowed over the engine loops: a leaked engine holds ~75 kB, a leaked request its
+# session's caches (~1 MB), so 200 loops of either leak exceed these.
+ENGINE_CLOSED_BOUND_MB, ENGINE_LATE_BOUND_MB = 8, 16
+
+
+def greedy():
+    return photon.SessionOptions().set_ignore_eos(True)
+
+
+def alone(model, prompt, max_tokens=ENGINE_TOKENS):
+    """The token ids a session alone generates greedily after prompt: what a request must give."""
+    with photon.Session(model, greedy()) as session:
+        session.prefill(prompt)
+        return [t.id for t in session.tokens(max_tokens)]
+
+
+def pull_all(request, into):
+    into.extend(t.id for t in request.tokens())
+
+
+def test_engine_streams(model):
+    """Requests streamed at once, pulled by iterators on threads and pushed to callbacks: each
+    gives exactly the tokens of its session run alone; statistics count them."""
+    expected = [alone(model, prompt) for prompt in BATCH_PROMPTS]
+    with photon.Engine(model, max_running=4) as engine:
+        engine.start()
+        pulled = [engine.submit(prompt, options=greedy(), max_tokens=ENGINE_TOKENS)
+                  for prompt in BATCH_PROMPTS]
+        pushed_tokens = [[] for _ in BATCH_PROMPTS]
+        pushed = [engine.submit(model.tokenize(prompt), options=greedy(),
+                                max_tokens=ENGINE_TOKENS, on_token=pushed_tokens[i].append)
+                  for i, prompt in enumerate(BATCH_PROMPTS)]
+        pulled_ids = [[] for _ in pulled]
+        threads = [threading.Thread(target=pull_all, args=(request, ids))
+                   for request, ids in zip(pulled, pulled_ids)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(ENGINE_WAIT_S)
+        check(pulled_ids == expected, f"pulled tokens: {pulled_ids} vs alone {expected}")
+        check(all(request.wait(ENGINE_WAIT_S) for request in pushed), "the callbacks' requests end")
+        pushed_ids = [[t.id for t in tokens] for tokens in pushed_tokens]
+        check(pushed_ids == expected, f"pushed tokens: {pushed_ids} vs alone {expected}")
+        check(all(t.logprob <= 0 for tokens in pushed_tokens for t in tokens), "log probabilities")
+        for request, prompt in zip(pulled + pushed, BATCH_PROMPTS * 2):
+            stats = request.stats()
+            check(request.state == photon.RequestState.FINISHED
+                  and request.stop_reason == photon.StopReason.LENGTH and request.error is None,
+                  f"finished by length: {request.state!r} {request.stop_reason!r}")
+            check(stats.generated_tokens == ENGINE_TOKENS
+                  and stats.prompt_tokens == len(model.tokenize(prompt))
+                  and stats.reused_tokens == 0 and stats.pauses == 0, f"request stats: {stats}")
+            check(0 <= stats.queue_seconds <= stats.first_token_seconds
+                  and stats.decode_seconds >= 0, f"request times: {stats}")
+        engine.stop()  # the worker's last step has retired every request
+        stats = engine.stats()
+        total = 2 * len(BATCH_PROMPTS)
+        check(stats.submitted == total and stats.finished == total and stats.failed == 0
+              and stats.generated_tokens == total * ENGINE_TOKENS and stats.running == 0
+              and stats.waiting == 0 and stats.steps > 0 and stats.memory_peak > 0
+              and stats.memory_in_use == 0, f"engine stats: {stats}")
+
+
+def test_engine_asyncio(model):
+    """The pull iterator from asyncio, through the default executor (it releases the interpreter
+    lock while it waits): two requests stream concurrently into one event loop."""
+    expected = [alone(model, prompt) for prompt in BATCH_PROMPTS[:2]]
+
+    async def collect(request):
+        loop = asyncio.get_running_loop()
+        tokens = request.tokens()
+        ids = []
+        while (token := await loop.run_in_executor(None, next, tokens, None)) is not None:
+            ids.append(token.id)
+        return ids
+
+    async def serve(engine):
+        requests = [engine.submit(prompt, options=greedy(), max_tokens=ENGINE_TOKENS)
+                    for prompt in BATCH_PROMPTS[:2]]
+        return await asyncio.wait_for(asyncio.gather(*(collect(r) for r in requests)),
+                                      ENGINE_WAIT_S)
+
+    with photon.Engine(model) as engine:
+        engine.start()
+        results = asyncio.run(serve(engine))
+        engine.stop()
+    check(results == expected, f"asyncio streams: {results} vs alone {expected}")
+
+
+def test_engine_stepped(model):
+    """An engine stepped by the caller's loop: nothing happens between steps."""
+    expected = alone(model, PROMPT)
+    with photon.Engine(model) as engine:
+        request = engine.submit(PROMPT, options=greedy(), max_tokens=ENGINE_TOKENS)
+        check(request.state == photon.RequestState.WAITING and not request.wait(0),
+              "waiting before the first step")
+        check(request.stats().queue_seconds != request.stats().queue_seconds, "NaN before admission")
+        steps = 0
+        while engine.step() > 0 and steps < 1000:
+            steps += 1
+        check(request.wait(0) and [t.id for t in request.tokens()] == expected,
+              "a stepped request gives the tokens of its session alone")
+        check(engine.step() == 0, "a step with nothing to do")
+        expect_error(lambda: engine.stop(), "PHOTON_ERR_INVALID_ARGUMENT", "stop without a worker")
+
+
+def test_engine_cancel(model):
+    """cancel() from another thread ends a streaming request (pulled or pushed) at the next step;
+    the other requests go on."""
+    with photon.Engine(model) as engine:
+        engine.start()
+        endless = engine.submit(PROMPT, options=greedy())  # up to the context length
+        got = []
+        puller = threading.Thread(target=pull_all, args=(endless, got))
+        puller.start()
+        pushed = []
+        endless_pushed = engine.submit(PROMPT, options=greedy(), on_token=pushed.append)
+        beside = engine.submit(PROMPT, options=greedy(), max_tokens=ENGINE_TOKENS)
+        deadline = time.monotonic() + ENGINE_WAIT_S
+        while (len(got) < 2 or len(pushed) < 2) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        canceller = threading.Thread(target=lambda: (endless.cancel(), endless_pushed.cancel()))
+        canceller.start()
+        canceller.join()
+        puller.join(ENGINE_WAIT_S)
+        check(not puller.is_alive(), "the iterator ends after cancel()")
+        for request, tokens in ((endless, got), (endless_pushed, pushed)):
+            check(request.wait(ENGINE_WAIT_S) and request.stop_reason == photon.StopReason.CANCELLED,
+                  f"cancelled: {request.stop_reason!r}")
+            check(2 <= len(tokens) < model.context_length and request.stats().generated_tokens ==
+                  len(tokens), f"tokens before the cancel: {len(tokens)}")
+        check(beside.wait(ENGINE_WAIT_S) and beside.stop_reason == photon.StopReason.LENGTH,
+              "the request beside goes on")
+        engine.stop(drain=False)
+        check(engine.stats().cancelled == 2, f"engine stats: {engine.stats()}")
+
+
+def test_engine_callbacks(model):
+    """A callback returning False stops its request alone; one that raises stops it and the
+    exception comes out of wait(); one that waits on its own engine gets an error, not a
+    deadlock; a request closed from its own callback just ends."""
+    with photon.Engine(model) as engine:
+        engine.start()
+        seen = []
+        stopped = engine.submit(PROMPT, options=greedy(), max_tokens=ENGINE_TOKENS,
+                                on_token=lambda token: seen.append(token) or False)
+        failures = []
+
+        def fail_on_second(token):
+            failures.append(token)
+            if len(failures) == 2:
+                raise CallbackFailure("stop here")
+
+        failing = engine.submit(PROMPT, options=greedy(), max_tokens=ENGINE_TOKENS,
+                                on_token=fail_on_second)
+        beside = engine.submit(PROMPT, options=greedy(), max_tokens=ENGINE_TOKENS)
+        check(stopped.wait(ENGINE_WAIT_S) and len(seen) == 1
+              and stopped.stop_reason == photon.StopReason.CALLBACK, "False stops the request")
+        try:
+            failing.wait(ENGINE_WAIT_S)
+            raise AssertionError("the callback's exception was swallowed")
+        except CallbackFailure as error:
+            check(str(error) == "stop here", "the very exception reaches wait()")
+        check(len(failures) == 2 and failing.stop_reason == photon.StopReason.CALLBACK,
+              f"the exception stopped its request: {len(failures)}")
+        check([t.id for t in beside.tokens()] == alone(model, PROMPT), "the others go on")
+
+        def wait_inside(token):
+            beside.wait(1)
+
+        waiting = engine.submit(PROMPT, max_tokens=2, on_token=wait_inside)
+        error = expect_error(lambda: waiting.wait(ENGINE_WAIT_S), "PHOTON_ERR_INVALID_ARGUMENT",
+                             "waiting on the engine from its own callback")
+        check("callback" in str(error), f"the message says why: {error}")
+        holder, ready = [], threading.Event()
+
+        def close_itself(token):
+            ready.wait(ENGINE_WAIT_S)
+            holder[0].close()
+
+        holder.append(engine.submit(PROMPT, on_token=close_itself))
+        ready.set()
+        deadline = time.monotonic() + ENGINE_WAIT_S
+        while not holder[0].closed and time.monotonic() < deadline:
+            time.sleep(0.005)
+        check(holder[0].closed, "closed from its own callback")
+        after = engine.submit(PROMPT, options=greedy(), max_tokens=2)
+        check(after.wait(ENGINE_WAIT_S) and after.stats().generated_tokens == 2,
+              "the engine serves on")
+        engine.stop()
+
+
+def test_engine_errors(model):
+    """A full queue is BusyError; a request that fails ends with its error, which the iterator
+    raises; wrong arguments get plain messages; closed objects refuse calls."""
+    with photon.Engine(model, max_waiting=1) as engine:
+        first = engine.submit(PROMPT, max_tokens=1)
+        error = expect_error(lambda: engine.submit(PROMPT, max_tokens=1), "PHOTON_ERR_BUSY",
+                             "a full waiting queue")
+        check(isinstance(error, photon.BusyError), f"BusyError: {error!r}")
+        check(engine.stats().refused == 1, "refused submissions are counted")
+        first.close()
+    with photon.Engine(model, memory_budget=1) as engine:
+        request = engine.submit(PROMPT, max_tokens=4)
+        while engine.step() > 0:
+            pass
+        check(request.stop_reason == photon.StopReason.ERROR, f"{request.stop_reason!r}")
+        check(isinstance(request.error, photon.PhotonError)
+              and request.error.status_name == "PHOTON_ERR_OUT_OF_MEMORY"
+              and "budget" in str(request.error), f"the request's error: {request.error!r}")
+        expect_error(lambda: list(request.tokens()), "PHOTON_ERR_OUT_OF_MEMORY",
+                     "the iterator of a failed request")
+        expect_error(request.save, "PHOTON_ERR_INVALID_ARGUMENT", "save of a failed request")
+        check(engine.stats().failed == 1, "failed requests are counted")
+    with photon.Engine(model) as engine:
+        expect_error(lambda: engine.submit(max_tokens=1), "PHOTON_ERR_INVALID_ARGUMENT",
+                     "a request without a prompt")
+        expect_error(lambda: engine.submit([model.vocab_size]), "PHOTON_ERR_BAD_TOKEN",
+                     "a token outside the vocabulary")
+        for call, words in ((lambda: engine.submit(3.5), "prompt"),
+                            (lambda: engine.submit(PROMPT, on_token=42), "on_token"),
+                            (lambda: engine.submit(PROMPT, options={}), "options"),
+                            (lambda: engine.submit(PROMPT, session="s"), "session"),
+                            (lambda: photon.Engine("model.photon"), "model")):
+            try:
+                call()
+                raise AssertionError(f"no TypeError for {words}")
+            except TypeError as error:
+                check(str(error).startswith("photon: ") and words in str(error), f"{error}")
+        expect_error(lambda: photon.Engine(model, max_running=0), "PHOTON_ERR_INVALID_ARGUMENT",
+                     "max_running 0")
+        pulled = engine.submit(PROMPT, max_tokens=1, on_token=lambda token: None)
+        expect_error(lambda: next(pulled.tokens()), "PHOTON_ERR_INVALID_ARGUMENT",
+                     "pulling a request that has a callback")
+        pulled.close()
+        pulled.close()  # idempotent
+        check(pulled.closed, "closed")
+        expect_error(lambda: pulled.state, "PHOTON_ERR_INVALID_ARGUMENT", "use after close")
+    check(engine.closed, "leaving the with block closes")
+    expect_error(lambda: engine.submit(PROMPT), "PHOTON_ERR_INVALID_ARGUMENT", "closed engine")
+
+
+def test_engine_continue(model):
+    """A finished request's state and session continue it exactly as the session alone would."""
+    expected = alone(model, PROMPT, 2 * ENGINE_TOKENS)
+    with photon.Engine(model) as engine:
+        first = engine.submit(PROMPT, options=greedy(), max_tokens=ENGINE_TOKENS)
+        while engine.step() > 0:
+            pass
+        check([t.id for t in first.tokens()] == expected[:ENGINE_TOKENS], "the first half")
+        state = first.save()
+        session = first.take_session()
+        expect_error(first.take_session, "PHOTON_ERR_INVALID_ARGUMENT", "a session taken twice")
+        position = session.position
+        by_state = engine.submit(state=state, options=greedy(), max_tokens=ENGINE_TOKENS)
+        by_session = engine.submit(session=session, max_tokens=ENGINE_TOKENS)
+        check(session.closed, "the request took the session over")
+        while engine.step() > 0:
+            pass
+        for request in (by_state, by_session):
+            check([t.id for t in request.tokens()] == expected[ENGINE_TOKENS:],
+                  "the continuation equals the session's alone")
+            check(request.stats().reused_tokens == position, f"reused: {request.stats()}")
+        with by_session.take_session() as again:
+            check(again.position == position + ENGINE_TOKENS, "the taken session's history")
+        with photon.Session.restore(model, by_state.save()) as restored:
+            check(restored.position == position + ENGINE_TOKENS, "a request's state restores")
+
+
+def test_engine_ownership(model_path):
+    """A request keeps its engine alive and the engine its model: closing them first (or letting
+    them go) leaves the request streaming."""
+    expected = None
+    with photon.Model(model_path) as model:
+        expected = alone(model, PROMPT)
+    model = photon.Model(model_path)
+    engine = photon.Engine(model)
+    model.close()
+    engine.start()
+    request = engine.submit(PROMPT, options=greedy(), max_tokens=ENGINE_TOKENS)
+    engine.close()
+    del engine
+    gc.collect()
+    check([t.id for t in request.tokens()] == expected, "the request outlives its engine handle")
+    request.close()  # the engine (and its worker) goes now
+    pushed = []
+    request = photon.Engine(photon.Model(model_path)).submit(PROMPT, options=greedy(),
+                                                            max_tokens=2, on_token=pushed.append)
+    gc.collect()
+    check(request.state == photon.RequestState.WAITING, "an engine never started steps nothing")
+    request.close()
+    # The last reference to a started engine, dropped inside one of its own callbacks: the engine
+    # cannot be freed on its worker's thread, and is freed once the callback has returned.
+    engine = photon.Engine(photon.Model(model_path))
+    engine.start()
+    holder, ready, closed = [], threading.Event(), threading.Event()
+
+    def close_last(token):
+        ready.wait(ENGINE_WAIT_S)
+        holder[0].close()
+        closed.set()
+
+    holder.append(engine.submit(PROMPT, on_token=close_last))
+    engine.close()
+    ready.set()
+    check(closed.wait(ENGINE_WAIT_S) and holder[0].closed, "the last request closed itself")
+
+
+EXIT_WITH_A_RUNNING_ENGINE = """
+import sys, time, photon
+model = photon.Model(sys.argv[1])
+engine = photon.Engine(model)
+engine.start()
+seen = []
+endless = photon.SessionOptions().set_ignore_eos(True)
+# A slow callback: the worker is in it, or waits for the interpreter lock, when the exit comes.
+request = engine.submit("In the beginning", options=endless,
+                        on_token=lambda token: (seen.append(token), time.sleep(0.002)))
+pulled = engine.submit("In the beginning", options=endless)
+if sys.argv[2] == "closed":
+    engine.close()  # only the requests hold the engine now
+while len(seen) < 2:
+    time.sleep(0.005)
+"""
+
+
+def test_engine_exit(model_path):
+    """An interpreter that exits while an engine's worker runs callbacks (its handle open, or
+    closed and held by requests) exits cleanly: the callbacks end before it finalizes."""
+    for handle in ("open", "closed"):
+        result = subprocess.run([sys.executable, "-c", EXIT_WITH_A_RUNNING_ENGINE, model_path,
+                                 handle], capture_output=True, text=True, timeout=ENGINE_WAIT_S)
+        check(result.returncode == 0, f"exit with a running engine ({handle} handle): "
+              f"{result.returncode} {result.stderr}")
+
+
+def churn_engine(model_path, iteration, close):
+    """A model with an engine and two requests (pulled, pushed) run to the end (every tenth by its
+    worker), one continued from a state, one session taken back."""
+    model = photon.Model(model_path)
+    small = photon.SessionOptions().set_context_length(256).set_seed(iteration)
+    engine = photon.Engine(model, max_running=2)
+    pulled = engine.submit([model.bos, 5 + iteration % 50], options=small, max_tokens=2)
+    pushed = engine.submit([model.bos], options=small, max_tokens=2, on_token=lambda token: None)
+    if iteration % 10 == 0:
+        engine.start()
+        pulled.wait(ENGINE_WAIT_S)
+        engine.stop()
+    while engine.step() > 0:
+        pass
+    check(len(list(pulled.tokens())) == 2 and pushed.wait(ENGINE_WAIT_S), "a churned request")
+    continued = engine.submit(state=pushed.save(), max_tokens=1)
+    session = pulled.take_session()
+    if close:  # in a different order each time: requests keep their engine and model alive
+        items = [model, engine, pulled, pushed, continued, session]
+        items[iteration % len(items)].close()
+        for item in items:
+            item.close()
+
+
+def test_engine_memory(model_path):
+    for i in range(WARMUP):
+        churn_engine(model_path, i, close=True)
+    gc.collect()
+    baseline = rss_mb()
+    for i in range(LOOPS):
+        churn_engine(model_path, i, close=True)
+    closed = rss_mb()
+    for i in range(LATE_LOOPS):  # nothing closed: the objects go when the collector gets to them
+        churn_engine(model_path, i, close=False)
+        if i % 10 == 0:
+            gc.collect()
+    gc.collect()
+    late = rss_mb()
+    print(f"rss: {baseline:.1f} MB after warm-up, {closed:.1f} MB after {LOOPS} closed engine "
+          f"loops, {late:.1f} MB after {LATE_LOOPS} collected ones")
+    check(closed - baseline < ENGINE_CLOSED_BOUND_MB and late - baseline < ENGINE_LATE_BOUND_MB,
+          "memory grows")
+
 def cross_save(model_path, state_path, out_path):
     with photon.Model(model_path) as model, prompted(model) as session:
         session.generate(5)
@@ -525,7 +951,8 @@ def main(argv):
         workdir = argv[3]
         os.makedirs(workdir, exist_ok=True)
         with photon.Model(model_path) as model:
-            for test in (test_model, test_streaming, test_cancel, test_callback_exception,
+            for test in (test_model, test_streaming, test_cancel, test_cancel_iterator,
+                         test_callback_exception,
                          test_batch, test_score, test_kv_type, test_threads):
                 test(model)
                 print(f"ok {test.__name__}")
@@ -543,6 +970,19 @@ def main(argv):
             print("ok test_thread_count")
     elif mode == "memory":
         test_memory(model_path)
+    elif mode == "engine":
+        with photon.Model(model_path) as model:
+            for test in (test_engine_streams, test_engine_asyncio, test_engine_stepped,
+                         test_engine_cancel, test_engine_callbacks, test_engine_errors,
+                         test_engine_continue):
+                test(model)
+                print(f"ok {test.__name__}")
+        test_engine_ownership(model_path)
+        print("ok test_engine_ownership")
+        test_engine_exit(model_path)
+        print("ok test_engine_exit")
+    elif mode == "engine-memory":
+        test_engine_memory(model_path)
     elif mode == "save":
         cross_save(model_path, argv[3], argv[4])
     elif mode == "restore":

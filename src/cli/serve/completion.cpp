@@ -1,0 +1,672 @@
+#include "serve/completion.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "serve/api_error.h"
+#include "serve/json_text.h"
+#include "serve/text_stream.h"
+
+namespace photon::serve {
+namespace {
+
+using nlohmann::ordered_json;
+
+// 499: the client closed the connection before the reply (nginx's convention), for the metrics.
+constexpr int kClientClosed = 499;
+constexpr int32_t kCompletionsDefaultMaxTokens = 16;  // OpenAI's default for /v1/completions
+constexpr int32_t kRepetitionWindow = 64;
+
+const char* finish_reason(photon_stop_reason reason) {
+  // EOS and stop strings end a reply where the model or the client meant it to; everything else
+  // (max_tokens, a full context, a shutdown that stopped it) cut it short.
+  return reason == PHOTON_STOP_EOS || reason == PHOTON_STOP_STRING ? "stop" : "length";
+}
+
+const char* route(Endpoint e) {
+  return e == Endpoint::Completions ? "/v1/completions" : "/v1/chat/completions";
+}
+
+ApiError engine_error(photon_status status, const std::string& message, const char* prompt) {
+  switch (status) {
+    case PHOTON_ERR_BUSY:
+      return ApiError(429, "the server is busy (" + message + ")", "rate_limit_error", "",
+                      "queue_full");
+    case PHOTON_ERR_BAD_TOKEN:
+      return ApiError(400, message, "invalid_request_error", prompt, "invalid_token");
+    case PHOTON_ERR_CONTEXT_FULL:
+      return ApiError(400, message, "invalid_request_error", prompt, "context_length_exceeded");
+    case PHOTON_ERR_OUT_OF_MEMORY:
+      return ApiError(503, "the server has no memory for this request now (" + message + ")",
+                      "server_error", "", "out_of_memory");
+    default: return ApiError(500, message, "server_error");
+  }
+}
+
+struct SessionOptions {
+  photon_session_options* o = nullptr;
+  ~SessionOptions() { photon_session_options_free(o); }
+};
+struct RequestOptions {
+  photon_request_options* o = nullptr;
+  ~RequestOptions() { photon_request_options_free(o); }
+};
+
+void require_ok(photon_status status, const char* what) {
+  if (status != PHOTON_OK)
+    throw ApiError(500, std::string(what) + ": " + photon_last_error(), "server_error");
+}
+
+class Completion final : public GenerationObserver,
+                         public std::enable_shared_from_this<Completion> {
+ public:
+  Completion(ServerContext& context, Endpoint endpoint, HttpRequest request,
+             std::shared_ptr<Exchange> exchange)
+      : ctx_(context),
+        endpoint_(endpoint),
+        http_(std::move(request)),
+        exchange_(std::move(exchange)),
+        request_id_(ctx_.fresh_id()),
+        created_(static_cast<int64_t>(std::time(nullptr))),
+        text_(std::vector<std::string>{}) {
+    // The client's id when it is as plain as a conversation id (it is echoed in a header).
+    if (const std::string* given = http_.header("x-request-id");
+        given && valid_conversation_id(*given))
+      request_id_ = *given;
+  }
+
+  void start() {
+    try {
+      parse();
+      std::weak_ptr<Completion> weak = shared_from_this();
+      exchange_->on_gone([weak] {
+        if (auto self = weak.lock()) self->client_gone();
+      });
+      if (conversation_id_)
+        load_conversation();
+      else
+        plan_and_submit(false);
+    } catch (const ApiError& e) {
+      fail(e);
+    }
+  }
+
+  void on_tokens(std::vector<GeneratedToken>& tokens) override {
+    std::string out;
+    for (GeneratedToken& t : tokens) {
+      const size_t offset = text_.generated().size();
+      const std::string_view text = text_.append(t.piece);
+      ids_.push_back(t.id);
+      if (req_.logprobs) {
+        logprobs_.push_back(t.logprob);
+        offsets_.push_back(offset);
+        pieces_.push_back(t.piece);
+      }
+      if (streaming_) append_token_chunk(out, t, offset, text);
+    }
+    if (!out.empty() && exchange_) exchange_->send(out);
+  }
+
+  void on_finished() override {
+    photon_request* r = generation_->request();
+    const photon_stop_reason reason = photon_request_stop_reason(r);
+    if (gone_) return done(kClientClosed);
+    if (reason == PHOTON_STOP_ERROR) {
+      const photon_status status = photon_request_status(r);
+      const std::string message = photon_request_error(r);
+      // The stored state could not be continued (another model, damaged): read it all.
+      if (resumed_ && ids_.empty()) {
+        state_refused(shared_from_this(), message.c_str());
+        return plan_and_submit(false);
+      }
+      return fail(engine_error(status, message, prompt_param()));
+    }
+    if (reason == PHOTON_STOP_CANCELLED)
+      return fail(
+          ApiError(503, "the server is shutting down", "server_error", "", "shutting_down"));
+    finish_reason_ = finish_reason(reason);
+    std::string rest(text_.finish());
+    if (conversation_id_)
+      save_then_reply(std::move(rest));
+    else
+      reply(rest);
+  }
+
+ private:
+  const char* prompt_param() const {
+    return endpoint_ == Endpoint::Completions ? "prompt" : "messages";
+  }
+
+  void parse() {
+    if (http_.method != "POST")
+      throw ApiError(405, std::string(route(endpoint_)) + " takes POST, not " + http_.method);
+    req_ = parse_generation_request(endpoint_, http_.body);
+    if (req_.model != ctx_.model.name)
+      throw ApiError(404,
+                     "the model '" + req_.model + "' is not served here; this server serves '" +
+                         ctx_.model.name + "' (GET /v1/models)",
+                     "invalid_request_error", "model", "model_not_found");
+    if (const std::string* id = http_.header("x-conversation-id")) {
+      if (!valid_conversation_id(*id))
+        throw ApiError(400,
+                       "X-Conversation-Id must be 1 to 128 characters of A-Z a-z 0-9 . _ - and "
+                       "not start with '.'",
+                       "invalid_request_error", "X-Conversation-Id", "invalid_conversation_id");
+      if (!ctx_.store)
+        throw ApiError(400,
+                       "this server keeps no conversations (start it with --store DIR to use "
+                       "X-Conversation-Id)",
+                       "invalid_request_error", "X-Conversation-Id", "no_conversation_store");
+      conversation_id_ = *id;
+    }
+    stops_ = req_.sampling.stop;
+    if (endpoint_ == Endpoint::ChatCompletions) {
+      prompt_text_ = ctx_.model.chat.render(req_.messages);
+      bos_ = ctx_.model.chat.bos;
+      stops_.insert(stops_.end(), ctx_.model.chat.stop.begin(), ctx_.model.chat.stop.end());
+    } else {
+      prompt_text_ = req_.prompt_text;
+    }
+    text_ = TextStream(stops_);
+    seed_ = req_.sampling.seed ? *req_.sampling.seed : ctx_.random();
+    const char* prefix = endpoint_ == Endpoint::Completions ? "cmpl-" : "chatcmpl-";
+    const char* object =
+        endpoint_ == Endpoint::Completions ? "text_completion" : "chat.completion.chunk";
+    id_ = prefix + ctx_.fresh_id();
+    head_base_ = "data: {\"id\":\"" + id_ + "\",\"object\":\"" + object +
+                 "\",\"created\":" + std::to_string(created_) + ",\"model\":";
+    append_json_string(head_base_, ctx_.model.name);
+    head_ = head_base_ + ",\"choices\":[{\"index\":0,";
+  }
+
+  // A store that cannot be reached, or a record that cannot be read, is as good as no
+  // conversation: the turn reads its whole prompt, never an error.
+  void load_conversation() {
+    auto loaded = std::make_shared<std::optional<Conversation>>();
+    auto error = std::make_shared<std::string>();
+    ConversationStore* store = ctx_.store;
+    ctx_.offload->run(
+        [store, id = *conversation_id_, loaded, error] {
+          try {
+            *loaded = store->load(id);
+          } catch (const std::exception& e) {
+            *error = e.what();
+          }
+        },
+        [self = shared_from_this(), loaded, error] {
+          if (self->gone_) return self->done(kClientClosed);
+          const char* id = self->conversation_id_->c_str();
+          if (!error->empty()) {
+            ++self->ctx_.metrics.conversation_store_errors;
+            std::fprintf(stderr,
+                         "photon serve: warning: conversation %s not loaded, read whole: %s\n", id,
+                         error->c_str());
+          }
+          self->conversation_ = std::move(*loaded);
+          if (self->conversation_ && self->conversation_->refused) state_refused(self, "damaged");
+          self->plan_and_submit(true);
+        });
+  }
+
+  static void state_refused(const std::shared_ptr<Completion>& self, const char* why) {
+    ++self->ctx_.metrics.conversation_states_refused;
+    std::fprintf(stderr,
+                 "photon serve: warning: conversation %s: the stored state is %s, read whole\n",
+                 self->conversation_id_->c_str(), why);
+  }
+
+  // Tokenizes off the network thread (a long prompt takes a while), then submits on it.
+  void plan_and_submit(bool use_conversation) {
+    auto error = std::make_shared<std::optional<ApiError>>();
+    auto self = shared_from_this();
+    ctx_.offload->run(
+        [self, error, use_conversation] {
+          try {
+            self->plan(use_conversation);
+          } catch (const ApiError& e) {
+            *error = e;
+          }
+        },
+        [self, error] {
+          if (self->gone_) return self->done(kClientClosed);
+          if (*error) return self->fail(**error);
+          try {
+            self->submit();
+          } catch (const ApiError& e) {
+            self->fail(e);
+          }
+        });
+  }
+
+  std::vector<int32_t> tokenize(std::string_view text, bool bos) const {
+    std::vector<int32_t> tokens(text.size() + 1);
+    size_t n = 0;
+    photon_status status = photon_model_tokenize(ctx_.model.model, text.data(), text.size(),
+                                                 bos ? 1 : 0, tokens.data(), tokens.size(), &n);
+    if (status == PHOTON_ERR_BUFFER_TOO_SMALL) {
+      tokens.resize(n);
+      status = photon_model_tokenize(ctx_.model.model, text.data(), text.size(), bos ? 1 : 0,
+                                     tokens.data(), tokens.size(), &n);
+    }
+    require_ok(status, "cannot tokenize the prompt");
+    tokens.resize(n);
+    return tokens;
+  }
+
+  // Whether the stored conversation is where this prompt starts: its text for a text prompt, its
+  // tokens for a prompt of token ids.
+  bool continues(const Conversation& c) const {
+    if (prompt_text_) return c.has_text && prompt_text_->compare(0, c.text.size(), c.text) == 0;
+    return !c.tokens.empty() && req_.prompt_tokens.size() >= c.tokens.size() &&
+           std::equal(c.tokens.begin(), c.tokens.end(), req_.prompt_tokens.begin());
+  }
+
+  // What to submit: the stored state and the rest of the prompt, tokenized as `photon generate
+  // --resume FILE -p REST` does (no BOS), or the whole prompt.
+  void plan(bool use_conversation) {
+    resumed_ =
+        use_conversation && conversation_ && !conversation_->refused && continues(*conversation_);
+    if (resumed_) {
+      const Conversation& c = *conversation_;
+      submit_tokens_ = prompt_text_
+                           ? tokenize(std::string_view(*prompt_text_).substr(c.text.size()), false)
+                           : std::vector<int32_t>(req_.prompt_tokens.begin() +
+                                                      static_cast<ptrdiff_t>(c.tokens.size()),
+                                                  req_.prompt_tokens.end());
+      prompt_tokens_ = c.tokens;
+      prompt_tokens_.insert(prompt_tokens_.end(), submit_tokens_.begin(), submit_tokens_.end());
+    } else {
+      prompt_tokens_ = prompt_text_ ? tokenize(*prompt_text_, bos_) : req_.prompt_tokens;
+      submit_tokens_ = prompt_tokens_;
+    }
+    check_limits();
+  }
+
+  void check_limits() {
+    const ServedModel& m = ctx_.model;
+    const char* param = prompt_param();
+    const auto n = static_cast<int64_t>(prompt_tokens_.size());
+    if (n == 0) throw bad_field(param, "the prompt gives no tokens");
+    if (n > m.max_prompt_tokens)
+      throw bad_field(param,
+                      "the prompt has " + std::to_string(n) +
+                          " tokens; this server takes at most " +
+                          std::to_string(m.max_prompt_tokens),
+                      "prompt_too_long");
+    for (size_t i = 0; i < submit_tokens_.size(); ++i) {
+      if (submit_tokens_[i] >= m.vocab_size)
+        throw bad_field(param,
+                        "prompt token " + std::to_string(submit_tokens_[i]) + " at position " +
+                            std::to_string(i) + " is outside the vocabulary [0, " +
+                            std::to_string(m.vocab_size) + ")",
+                        "invalid_token");
+    }
+    if (n >= m.context)
+      throw bad_field(param,
+                      "the prompt has " + std::to_string(n) + " tokens and the context holds " +
+                          std::to_string(m.context) + ": no room to generate",
+                      "context_length_exceeded");
+    const int64_t room = m.context - n;
+    if (req_.max_tokens) {
+      const int64_t asked = *req_.max_tokens;
+      if (asked > m.max_tokens)
+        throw bad_field("max_tokens", "'max_tokens' is " + std::to_string(asked) +
+                                          "; this server generates at most " +
+                                          std::to_string(m.max_tokens) + " tokens per request");
+      if (asked > room)
+        throw bad_field("max_tokens",
+                        "the context holds " + std::to_string(m.context) +
+                            " tokens: the prompt has " + std::to_string(n) +
+                            " and 'max_tokens' asks for " + std::to_string(asked),
+                        "context_length_exceeded");
+      max_tokens_ = static_cast<int32_t>(asked);
+    } else {
+      const int64_t wanted =
+          endpoint_ == Endpoint::Completions ? kCompletionsDefaultMaxTokens : room;
+      max_tokens_ = static_cast<int32_t>(std::min({wanted, room, int64_t{m.max_tokens}}));
+    }
+  }
+
+  void submit() {
+    const ServedModel& m = ctx_.model;
+    const Sampling& s = req_.sampling;
+    SessionOptions so;
+    require_ok(photon_session_options_create(&so.o), "cannot create session options");
+    require_ok(photon_session_options_set_mode(so.o, m.mode), "mode");
+    require_ok(photon_session_options_set_kv_type(so.o, m.kv_type), "kv type");
+    require_ok(photon_session_options_set_context_length(so.o, m.context), "context");
+    require_ok(photon_session_options_set_temperature(so.o, s.temperature), "temperature");
+    require_ok(photon_session_options_set_top_k(so.o, s.top_k), "top_k");
+    require_ok(photon_session_options_set_top_p(so.o, s.top_p), "top_p");
+    require_ok(photon_session_options_set_min_p(so.o, s.min_p), "min_p");
+    require_ok(photon_session_options_set_repetition_penalty(so.o, s.repetition_penalty,
+                                                             kRepetitionWindow),
+               "repetition_penalty");
+    require_ok(photon_session_options_set_seed(so.o, seed_), "seed");
+    require_ok(photon_session_options_set_ignore_eos(so.o, s.ignore_eos ? 1 : 0), "ignore_eos");
+    for (const std::string& stop : stops_)
+      require_ok(photon_session_options_add_stop_string(so.o, stop.c_str()), "stop");
+    RequestOptions ro;
+    require_ok(photon_request_options_create(&ro.o), "cannot create request options");
+    require_ok(photon_request_options_set_session_options(ro.o, so.o), "session options");
+    if (!submit_tokens_.empty())
+      require_ok(
+          photon_request_options_set_prompt(ro.o, submit_tokens_.data(), submit_tokens_.size()),
+          "prompt");
+    if (resumed_)
+      require_ok(photon_request_options_set_state(ro.o, conversation_->state.data(),
+                                                  conversation_->state.size()),
+                 "state");
+    require_ok(photon_request_options_set_max_tokens(ro.o, max_tokens_), "max_tokens");
+    generation_ = std::make_shared<Generation>(ctx_.io);
+    const photon_status status = generation_->submit(m.engine, ro.o, shared_from_this());
+    if (status != PHOTON_OK) {
+      const std::string message = photon_last_error();
+      generation_.reset();
+      if (resumed_ && status != PHOTON_ERR_BUSY) {
+        state_refused(shared_from_this(), message.c_str());
+        return plan_and_submit(false);
+      }
+      throw engine_error(status, message, prompt_param());
+    }
+    ctx_.tracker->add(generation_);
+    if (!streaming_ && req_.stream) {
+      streaming_ = true;
+      exchange_->start_stream(reply_headers());
+      if (endpoint_ == Endpoint::ChatCompletions)
+        exchange_->send(head_ +
+                        "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+                        "\"finish_reason\":null}]" +
+                        (req_.include_usage ? ",\"usage\":null" : "") + "}\n\n");
+    }
+  }
+
+  Headers reply_headers() const {
+    Headers h{{"x-request-id", request_id_}};
+    if (conversation_id_) h.emplace_back("X-Conversation-Id", *conversation_id_);
+    if (saved_version_) h.emplace_back("X-Conversation-Version", std::to_string(saved_version_));
+    return h;
+  }
+
+  void client_gone() {
+    if (gone_ || finished_) return;
+    gone_ = true;
+    ++ctx_.metrics.disconnects;
+    if (generation_) generation_->cancel();
+  }
+
+  // ---- the reply ----
+  void append_token_chunk(std::string& out, const GeneratedToken& t, size_t offset,
+                          std::string_view text) const {
+    if (text.empty() && !req_.logprobs && !req_.return_token_ids) return;
+    out += head_;
+    if (endpoint_ == Endpoint::Completions) {
+      out += "\"text\":";
+      append_json_string(out, text);
+    } else {
+      out += "\"delta\":{\"content\":";
+      append_json_string(out, text);
+      out += '}';
+    }
+    out += ",\"logprobs\":";
+    if (!req_.logprobs) {
+      out += "null";
+    } else if (endpoint_ == Endpoint::Completions) {
+      out += "{\"tokens\":[";
+      append_json_string(out, t.piece);
+      out += "],\"token_logprobs\":[";
+      append_json_number(out, t.logprob);
+      out += "],\"top_logprobs\":null,\"text_offset\":[" + std::to_string(offset) + "]}";
+    } else {
+      out += "{\"content\":[";
+      append_chat_logprob(out, t.piece, t.logprob);
+      out += "]}";
+    }
+    if (req_.return_token_ids) out += ",\"token_ids\":[" + std::to_string(t.id) + "]";
+    out += ",\"finish_reason\":null}]";
+    if (req_.include_usage) out += ",\"usage\":null";
+    out += "}\n\n";
+  }
+
+  static void append_chat_logprob(std::string& out, const std::string& piece, float logprob) {
+    out += "{\"token\":";
+    append_json_string(out, piece);
+    out += ",\"logprob\":";
+    append_json_number(out, logprob);
+    out += ",\"bytes\":[";
+    for (size_t i = 0; i < piece.size(); ++i) {
+      if (i) out += ',';
+      out += std::to_string(static_cast<unsigned char>(piece[i]));
+    }
+    out += "],\"top_logprobs\":[]}";
+  }
+
+  ordered_json usage() const {
+    double reused = 0;
+    photon_request_get_stat(generation_->request(), PHOTON_REQUEST_REUSED_TOKENS, &reused);
+    ordered_json u;
+    u["prompt_tokens"] = prompt_tokens_.size();
+    u["completion_tokens"] = ids_.size();
+    u["total_tokens"] = prompt_tokens_.size() + ids_.size();
+    u["prompt_tokens_details"] = {{"cached_tokens", static_cast<int64_t>(reused)}};
+    return u;
+  }
+
+  static std::string dump(const ordered_json& j) {
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+
+  ordered_json logprobs_json() const {
+    if (!req_.logprobs) return nullptr;
+    ordered_json lp;
+    if (endpoint_ == Endpoint::Completions) {
+      lp["tokens"] = pieces_;
+      lp["token_logprobs"] = logprobs_;
+      lp["top_logprobs"] = nullptr;
+      lp["text_offset"] = offsets_;
+      return lp;
+    }
+    std::string content = "[";
+    for (size_t i = 0; i < pieces_.size(); ++i) {
+      if (i) content += ',';
+      append_chat_logprob(content, pieces_[i], logprobs_[i]);
+    }
+    content += ']';
+    lp["content"] = ordered_json::parse(content);
+    return lp;
+  }
+
+  void save_then_reply(std::string rest) {
+    Conversation c;
+    c.has_text = prompt_text_.has_value();
+    if (c.has_text) c.text = *prompt_text_ + text_.generated();
+    c.tokens = prompt_tokens_;
+    c.tokens.insert(c.tokens.end(), ids_.begin(), ids_.end());
+    const uint64_t expected = conversation_ ? conversation_->version : 0;
+    struct Outcome {
+      ConversationStore::SaveResult result = ConversationStore::SaveResult::Conflict;
+      std::string error;
+    };
+    auto outcome = std::make_shared<Outcome>();
+    ctx_.offload->run(
+        [store = ctx_.store, id = *conversation_id_, generation = generation_, c = std::move(c),
+         expected, outcome]() mutable {
+          try {
+            size_t size = 0;
+            photon_status status = photon_request_save(generation->request(), nullptr, 0, &size);
+            if (status == PHOTON_ERR_BUFFER_TOO_SMALL) {
+              c.state.resize(size);
+              status = photon_request_save(generation->request(), c.state.data(), size, &size);
+            }
+            if (status != PHOTON_OK)
+              throw std::runtime_error(std::string("cannot save the session: ") +
+                                       photon_last_error());
+            outcome->result = store->save(id, expected, c);
+          } catch (const std::exception& e) {
+            outcome->error = e.what();
+          }
+        },
+        [self = shared_from_this(), outcome, expected, rest = std::move(rest)] {
+          Metrics& metrics = self->ctx_.metrics;
+          if (!outcome->error.empty()) {
+            ++metrics.conversation_store_errors;
+            std::fprintf(stderr, "photon serve: conversation %s not saved: %s\n",
+                         self->conversation_id_->c_str(), outcome->error.c_str());
+          } else if (outcome->result == ConversationStore::SaveResult::Saved) {
+            ++metrics.conversations_saved;
+            self->saved_version_ = expected + 1;
+          } else if (outcome->result == ConversationStore::SaveResult::Conflict) {
+            ++metrics.conversation_conflicts;
+            std::fprintf(stderr,
+                         "photon serve: conversation %s not saved: another turn saved version "
+                         "%llu first\n",
+                         self->conversation_id_->c_str(),
+                         static_cast<unsigned long long>(expected + 1));
+          } else {
+            ++metrics.conversation_store_errors;
+            std::fprintf(stderr,
+                         "photon serve: conversation %s not saved: larger than the store's cap\n",
+                         self->conversation_id_->c_str());
+          }
+          self->reply(rest);
+        });
+  }
+
+  void reply(std::string_view rest) {
+    if (conversation_id_)
+      ++(resumed_ ? ctx_.metrics.conversations_resumed : ctx_.metrics.conversations_full_prefill);
+    if (streaming_) {
+      std::string out;
+      const std::string usage_null = req_.include_usage ? ",\"usage\":null" : "";
+      if (endpoint_ == Endpoint::Completions) {
+        out += head_ + "\"text\":";
+        append_json_string(out, rest);
+        out += ",\"logprobs\":null,\"finish_reason\":\"" + std::string(finish_reason_) + "\"}]" +
+               usage_null + "}\n\n";
+      } else {
+        if (!rest.empty()) {
+          out += head_ + "\"delta\":{\"content\":";
+          append_json_string(out, rest);
+          out += "},\"logprobs\":null,\"finish_reason\":null}]" + usage_null + "}\n\n";
+        }
+        out += head_ + "\"delta\":{},\"logprobs\":null,\"finish_reason\":\"" +
+               std::string(finish_reason_) + "\"}]" + usage_null + "}\n\n";
+      }
+      if (req_.include_usage)
+        out += head_base_ + ",\"choices\":[],\"usage\":" + dump(usage()) + "}\n\n";
+      out += "data: [DONE]\n\n";
+      exchange_->send(out);
+      exchange_->end_stream();
+      return done(200);
+    }
+    const std::string text = text_.generated().substr(0, text_.sent());
+    ordered_json choice;
+    choice["index"] = 0;
+    if (endpoint_ == Endpoint::Completions)
+      choice["text"] = text;
+    else
+      choice["message"] = {{"role", "assistant"}, {"content", text}};
+    choice["logprobs"] = logprobs_json();
+    choice["finish_reason"] = finish_reason_;
+    if (req_.return_token_ids) choice["token_ids"] = ids_;
+    ordered_json body;
+    body["id"] = id_;
+    body["object"] = endpoint_ == Endpoint::Completions ? "text_completion" : "chat.completion";
+    body["created"] = created_;
+    body["model"] = ctx_.model.name;
+    body["choices"] = ordered_json::array({std::move(choice)});
+    body["usage"] = usage();
+    exchange_->respond({200, "application/json", dump(body), reply_headers()});
+    done(200);
+  }
+
+  void fail(const ApiError& e) {
+    if (finished_) return;
+    if (streaming_) {
+      exchange_->send("data: " + e.body() + "\n\ndata: [DONE]\n\n");
+      exchange_->end_stream();
+    } else {
+      HttpResponse r{e.status(), "application/json", e.body(), reply_headers()};
+      if (e.status() == 429 || e.status() == 503) r.headers.emplace_back("Retry-After", "1");
+      exchange_->respond(std::move(r));
+    }
+    done(e.status());
+  }
+
+  // The request's end: metrics, a log line, and the connection let go.
+  void done(int status) {
+    if (finished_) return;
+    finished_ = true;
+    Metrics& metrics = ctx_.metrics;
+    ++metrics.requests[{route(endpoint_), status}];
+    const double seconds =
+        std::chrono::duration<double>(SteadyClock::now() - http_.received).count();
+    metrics.request_seconds.observe(seconds);
+    double reused = 0;
+    if (generation_) {
+      photon_request* r = generation_->request();
+      double queue = NAN, first = NAN, decode = NAN, generated = 0;
+      photon_request_get_stat(r, PHOTON_REQUEST_QUEUE_SECONDS, &queue);
+      photon_request_get_stat(r, PHOTON_REQUEST_FIRST_TOKEN_SECONDS, &first);
+      photon_request_get_stat(r, PHOTON_REQUEST_DECODE_SECONDS, &decode);
+      photon_request_get_stat(r, PHOTON_REQUEST_GENERATED_TOKENS, &generated);
+      photon_request_get_stat(r, PHOTON_REQUEST_REUSED_TOKENS, &reused);
+      metrics.queue_seconds.observe(queue);
+      metrics.first_token_seconds.observe(first);
+      if (generated > 1) metrics.token_gap_seconds.observe(decode / (generated - 1));
+    }
+    if (ctx_.log_requests)
+      std::fprintf(stderr,
+                   "photon serve: %s %s %s -> %d: prompt %zu tokens (%lld reused), %zu generated, "
+                   "%.3f s\n",
+                   request_id_.c_str(), http_.method.c_str(), route(endpoint_), status,
+                   prompt_tokens_.size(), static_cast<long long>(reused), ids_.size(), seconds);
+    exchange_.reset();
+  }
+
+  ServerContext& ctx_;
+  const Endpoint endpoint_;
+  const HttpRequest http_;
+  std::shared_ptr<Exchange> exchange_;
+  std::string request_id_;
+  const int64_t created_;
+  GenerationRequest req_;
+  std::string id_;
+  std::string head_base_;  // "data: {" and the fields every chunk repeats
+  std::string head_;       // head_base_ and the choice's index
+
+  std::optional<std::string> conversation_id_;
+  std::optional<Conversation> conversation_;
+  uint64_t saved_version_ = 0;
+  std::optional<std::string> prompt_text_;
+  bool bos_ = true;
+  std::vector<std::string> stops_;
+  uint64_t seed_ = 0;
+  bool resumed_ = false;
+  std::vector<int32_t> prompt_tokens_;  // the whole prompt, as the session holds it
+  std::vector<int32_t> submit_tokens_;  // what the engine reads (after a continued state)
+  int32_t max_tokens_ = 0;
+
+  std::shared_ptr<Generation> generation_;
+  TextStream text_;
+  std::vector<int32_t> ids_;
+  std::vector<float> logprobs_;
+  std::vector<size_t> offsets_;
+  std::vector<std::string> pieces_;
+  const char* finish_reason_ = "length";
+  bool streaming_ = false;
+  bool gone_ = false;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+void start_completion(ServerContext& context, Endpoint endpoint, HttpRequest request,
+                      std::shared_ptr<Exchange> exchange) {
+  std::make_shared<Completion>(context, endpoint, std::move(request), std::move(exchange))->start();
+}
+
+}  // namespace photon::serve

@@ -1,0 +1,59 @@
+// The official `openai` client for Node against photon serve: models, completions and chat
+// completions, each streamed and not, and errors as the client's own classes. Prints one JSON
+// object for test_serve.py to compare with photon generate.
+//
+// usage: node openai_client.mjs BASE_URL API_KEY MODEL PROMPT MESSAGES_JSON
+import OpenAI from 'openai';
+
+const [baseURL, apiKey, model, prompt, messagesJson] = process.argv.slice(2);
+const messages = JSON.parse(messagesJson);
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60000 });
+const out = {};
+
+out.models = [];
+for await (const m of client.models.list()) out.models.push(m.id);
+
+const completion = await client.completions.create({ model, prompt, max_tokens: 16, temperature: 0 });
+out.completion = { text: completion.choices[0].text, usage: completion.usage };
+
+let text = '';
+const completionStream = await client.completions.create({
+  model, prompt, max_tokens: 16, temperature: 0, stream: true,
+});
+for await (const chunk of completionStream) text += chunk.choices[0]?.text ?? '';
+out.completion_stream = { text };
+
+const chat = await client.chat.completions.create({ model, messages, max_tokens: 16, temperature: 0 });
+out.chat = { text: chat.choices[0].message.content, finish_reason: chat.choices[0].finish_reason };
+
+const chatStream = await client.chat.completions.create({
+  model, messages, max_tokens: 16, temperature: 0, stream: true,
+  stream_options: { include_usage: true },
+});
+const streamed = { text: '', role: null, finish_reason: null, usage: null };
+for await (const chunk of chatStream) {
+  if (chunk.usage) streamed.usage = chunk.usage;
+  const choice = chunk.choices[0];
+  if (!choice) continue;
+  if (choice.delta.role) streamed.role = choice.delta.role;
+  streamed.text += choice.delta.content ?? '';
+  if (choice.finish_reason) streamed.finish_reason = choice.finish_reason;
+}
+out.chat_stream = streamed;
+
+// Errors arrive as the client's error classes with their status.
+async function failure(call) {
+  try {
+    await call();
+    return ['no error', 0];
+  } catch (error) {
+    return [error.constructor.name, error.status];
+  }
+}
+const badKey = new OpenAI({ baseURL, apiKey: 'wrong', maxRetries: 0 });
+out.errors = {
+  bad_key: await failure(() => badKey.completions.create({ model, prompt, max_tokens: 1 })),
+  bad_model: await failure(() => client.completions.create({ model: 'gpt-4o', prompt, max_tokens: 1 })),
+  bad_n: await failure(() => client.chat.completions.create({ model, messages, n: 2 })),
+};
+console.log(JSON.stringify(out));
