@@ -224,7 +224,8 @@ void DecodeBatch::sample_lanes(const std::vector<DecodeTask*>& sampling) {
 }
 
 std::vector<int32_t> generate(std::span<Session* const> sessions, int32_t max_tokens,
-                              std::span<const TokenSink> sinks, std::string_view who, bool batch) {
+                              std::span<const TokenSink> sinks, std::string_view who, bool batch,
+                              RunnerScratch scratch) {
   if (sessions.empty()) return {};
   for (size_t i = 0; i < sessions.size(); ++i)
     require_decodable(*sessions[i], who, batch ? std::optional<size_t>(i) : std::nullopt);
@@ -237,7 +238,7 @@ std::vector<int32_t> generate(std::span<Session* const> sessions, int32_t max_to
   DecodeBatch decode(sessions[0]->model);
   for (size_t i = 0; i < sessions.size(); ++i) {
     Session& s = *sessions[i];
-    decode.borrow_runner(s);  // every task stays until the loop ends
+    if (scratch == RunnerScratch::Sessions) decode.borrow_runner(s);  // the tasks stay to the end
     decode.add(s, sinks[i], static_cast<int64_t>(s.history.size()) + max_tokens, max_tokens);
   }
   std::vector<int32_t> delivered(sessions.size());

@@ -92,7 +92,8 @@ class DecodeBatch {
 // Returns how many each delivered; each stream's stop_reason says why it stopped. `batch` words
 // the messages for a batch ("session i ...").
 std::vector<int32_t> generate(std::span<Session* const> sessions, int32_t max_tokens,
-                              std::span<const TokenSink> sinks, std::string_view who, bool batch);
+                              std::span<const TokenSink> sinks, std::string_view who, bool batch,
+                              RunnerScratch scratch = RunnerScratch::Sessions);
 
 // photon_session_next_token: the session's next token, decoded unless one is held already. It
 // stays held (and is returned again) until take_next(); null when the session stopped (its

@@ -103,6 +103,11 @@ std::unique_ptr<Runner> make_runner(Mode mode, const Model& model);
 
 // A runner of each mode: the runners of a batch whose sessions may be of several modes. Each is
 // made, with scratch memory of its own, when first asked for, unless a session lent its own.
+// Whose runners serve a batched call: the sessions' own (Session::runner), whose scratch then
+// stays with them for later calls, or the call's own, freed when it returns (the serving engine,
+// whose memory budget counts what its requests' sessions hold between steps).
+enum class RunnerScratch { Sessions, Call };
+
 class Runners {
  public:
   explicit Runners(const Model& model) : model_(model) {}

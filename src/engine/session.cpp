@@ -131,7 +131,8 @@ void Session::prefill(std::span<const int32_t> tokens, std::string_view who, flo
 }
 
 void prefill_batch(std::span<Session* const> sessions,
-                   std::span<const std::span<const int32_t>> tokens, std::string_view who) {
+                   std::span<const std::span<const int32_t>> tokens, std::string_view who,
+                   RunnerScratch scratch) {
   for (size_t i = 0; i < sessions.size(); ++i)
     sessions[i]->check_prefill(tokens[i], std::string(who) + ": session " + std::to_string(i));
   for (Session* s : sessions) {
@@ -141,7 +142,7 @@ void prefill_batch(std::span<Session* const> sessions,
   if (sessions.empty()) return;
   Runners runners(sessions[0]->model);
   for (Session* s : sessions) {
-    runners.borrow(*s);  // the sessions are this call's until it returns
+    if (scratch == RunnerScratch::Sessions) runners.borrow(*s);  // this call's until it returns
     runners.of(s->mode);
   }
   std::vector<Session*> group;

@@ -114,7 +114,8 @@ void by_mode(std::span<Session* const> sessions, Fn&& fn) {
 // any is consumed, then consumes tokens[i] into sessions[i] (sessions of one model, each once),
 // the sessions of each mode together (Runner::prefill_batch of a runner of the call's own).
 void prefill_batch(std::span<Session* const> sessions,
-                   std::span<const std::span<const int32_t>> tokens, std::string_view who);
+                   std::span<const std::span<const int32_t>> tokens, std::string_view who,
+                   RunnerScratch scratch = RunnerScratch::Sessions);
 
 // Runs `body`, a step that changes the sessions' caches; if it fails (other than by cancellation,
 // which stops between consistent steps), the sessions are marked unusable.

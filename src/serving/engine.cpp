@@ -376,7 +376,7 @@ void Engine::prefill_prompts(const std::vector<int64_t>& plan) {
   }
   if (group.empty()) return;
   try {
-    photon::prefill_batch(sessions, slices, kWho);
+    photon::prefill_batch(sessions, slices, kWho, RunnerScratch::Call);
   } catch (const Error& e) {
     for (Request* r : group) fail_request(*r, e.status(), e.what());
     return;
@@ -417,7 +417,7 @@ void Engine::decode() {
   if (group.empty()) return;
   std::vector<int32_t> delivered;
   try {
-    delivered = photon::generate(sessions, 1, sinks, kWho, true);
+    delivered = photon::generate(sessions, 1, sinks, kWho, true, RunnerScratch::Call);
   } catch (const Error& e) {
     for (Request* r : group) fail_request(*r, e.status(), e.what());
     return;
