@@ -40,6 +40,11 @@ struct Weights {
   WeightMatrix matrix(const Shape& s) const { return {data(), dtype, s.out, s.in}; }
 };
 
+// The kernel set a model gets on this processor.
+const SkinnyKernels& widest() {
+  return kernel_functions(default_cpu_kernels());
+}
+
 std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> u(-scale, scale);
@@ -202,8 +207,8 @@ TEST(CpuLinear, AllPathsMatchDoubleProductWithBiasAndThreads) {
         std::vector<double> want, bound;
         reference(s, x, w.wide, &bias, y0, accumulate, &want, &bound);
         std::vector<float> one = y0, two = y0;
-        linear(x.data(), s.n, w.matrix(s), bias.data(), one.data(), accumulate, 1);
-        linear(x.data(), s.n, w.matrix(s), bias.data(), two.data(), accumulate, 2);
+        linear(x.data(), s.n, w.matrix(s), bias.data(), one.data(), accumulate, widest(), 1);
+        linear(x.data(), s.n, w.matrix(s), bias.data(), two.data(), accumulate, widest(), 2);
         expect_close(one, want, bound, what);
         EXPECT_EQ(one, two) << what << ": 1 and 2 threads differ";
       }
@@ -222,8 +227,8 @@ TEST(CpuLinear, SixteenBitWeightsGiveTheBitsOfTheirF32Values) {
       const Weights wide(DType::F32, narrow.wide);
       const std::vector<float> x = random_values(size_t(s.n) * s.in, 10);
       std::vector<float> a(size_t(s.n) * s.out), b(a.size());
-      linear(x.data(), s.n, narrow.matrix(s), nullptr, a.data(), false, 2);
-      linear(x.data(), s.n, wide.matrix(s), nullptr, b.data(), false, 2);
+      linear(x.data(), s.n, narrow.matrix(s), nullptr, a.data(), false, widest(), 2);
+      linear(x.data(), s.n, wide.matrix(s), nullptr, b.data(), false, widest(), 2);
       EXPECT_EQ(a, b) << dtype_name(dtype) << " n " << s.n << " in " << s.in << " out " << s.out;
     }
   }
@@ -234,7 +239,7 @@ TEST(CpuLinear, GroupGivesTheBitsOfEachProductAlone) {
   // skinny path at 1 and 20 rows and, past the skinny kernels' limit, the GEMM path.
   const int in = 200;
   for (DType dtype : kDTypes) {
-    for (int n : {1, 20, skinny_kernels().max_rows + 3}) {
+    for (int n : {1, 20, widest().max_rows + 3}) {
       const std::vector<float> x = random_values(size_t(n) * in, 13);
       std::vector<Weights> weights;
       std::vector<Shape> shapes;
@@ -251,9 +256,10 @@ TEST(CpuLinear, GroupGivesTheBitsOfEachProductAlone) {
       for (size_t i = 0; i < shapes.size(); ++i) {
         const bool accumulate = i == 1;
         products.push_back({weights[i].matrix(shapes[i]), grouped[i].data(), accumulate});
-        linear(x.data(), n, weights[i].matrix(shapes[i]), nullptr, alone[i].data(), accumulate, 2);
+        linear(x.data(), n, weights[i].matrix(shapes[i]), nullptr, alone[i].data(), accumulate,
+               widest(), 2);
       }
-      linear_group(x.data(), n, products, 2);
+      linear_group(x.data(), n, products, widest(), 2);
       for (size_t i = 0; i < shapes.size(); ++i)
         EXPECT_EQ(grouped[i], alone[i])
             << dtype_name(dtype) << " n " << n << " product " << i << " of a group";
@@ -262,16 +268,16 @@ TEST(CpuLinear, GroupGivesTheBitsOfEachProductAlone) {
 }
 
 TEST(CpuLinear, SkinnyRowsDoNotDependOnTheirNeighboursOrOutputRange) {
-  const Shape s{std::min(skinny_kernels().max_rows, 600), 1100, 70};
+  const Shape s{std::min(widest().max_rows, 600), 1100, 70};
   for (DType dtype : kDTypes) {
     const Weights w(dtype, random_values(size_t(s.out) * s.in, 11, 0.1f));
     const std::vector<float> x = random_values(size_t(s.n) * s.in, 12);
     std::vector<float> all(size_t(s.n) * s.out);
-    linear(x.data(), s.n, w.matrix(s), nullptr, all.data(), false, 1);
+    linear(x.data(), s.n, w.matrix(s), nullptr, all.data(), false, widest(), 1);
     for (int r = 0; r < s.n; ++r) {
       // Row r alone, its outputs computed in two ranges by the kernel directly.
       std::vector<float> alone(s.out);
-      const SkinnyKernels& k = skinny_kernels();
+      const SkinnyKernels& k = widest();
       const float* xr = x.data() + size_t(r) * s.in;
       kernel_of(k, dtype)({xr, 1, s.in, w.data(), 0, 5, alone.data(), s.out, false});
       kernel_of(k, dtype)({xr, 1, s.in, w.data(), 5, s.out, alone.data(), s.out, false});

@@ -3,12 +3,9 @@
 #include <cblas.h>
 
 #include <array>
-#include <cstdlib>
 #include <mutex>
-#include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/parallel.h"
 #include "backend/cpu/skinny_gemm.h"
 
@@ -40,21 +37,22 @@ SkinnyKernel skinny_kernel(const SkinnyKernels& k, DType dtype) {
   return dtype == DType::F32 ? k.f32 : dtype == DType::BF16 ? k.bf16 : k.f16;
 }
 
-void widen(DType dtype, const void* src, float* dst, long n) {
+void widen(const SkinnyKernels& kernels, DType dtype, const void* src, float* dst, long n) {
   if (dtype == DType::BF16)
-    skinny_kernels().widen_bf16(static_cast<const Bf16*>(src), dst, n);
+    kernels.widen_bf16(static_cast<const Bf16*>(src), dst, n);
   else
-    skinny_kernels().widen_f16(static_cast<const F16*>(src), dst, n);
+    kernels.widen_f16(static_cast<const F16*>(src), dst, n);
 }
 
 // GEMM of all n rows against weight rows [o0, o1) (one chunk), into columns [o0, o1) of y. 16-bit
 // weights are widened into `scratch` first.
 void gemm_chunk(const float* x, int n, const WeightMatrix& w, long o0, long o1, float beta,
-                float* y, float* scratch) {
+                float* y, const SkinnyKernels& kernels, float* scratch) {
   const long in = w.in;
   const float* rows = static_cast<const float*>(w.data) + o0 * in;
   if (w.dtype != DType::F32) {
-    widen(w.dtype, static_cast<const char*>(w.data) + o0 * in * 2, scratch, (o1 - o0) * in);
+    widen(kernels, w.dtype, static_cast<const char*>(w.data) + o0 * in * 2, scratch,
+          (o1 - o0) * in);
     rows = scratch;
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, static_cast<int>(o1 - o0), w.in, 1.0f, x,
@@ -62,22 +60,6 @@ void gemm_chunk(const float* x, int n, const WeightMatrix& w, long o0, long o1, 
 }
 
 }  // namespace
-
-const SkinnyKernels& skinny_kernels() {
-  static const SkinnyKernels& chosen = []() -> const SkinnyKernels& {
-    // $PHOTON_CPU_KERNELS caps the choice (photon.h), to compare kernels in one build or to rule
-    // one out; the results are the same bits with either vector set.
-    const char* cap = std::getenv("PHOTON_CPU_KERNELS");
-    const std::string widest = cap ? cap : "";
-    if (widest == "portable") return kSkinnyPortable;
-#if defined(PHOTON_X86_KERNELS)
-    if (cpu_has_avx512() && widest != "avx2") return kSkinnyAvx512;
-    if (cpu_has_avx2()) return kSkinnyAvx2;
-#endif
-    return kSkinnyPortable;
-  }();
-  return chosen;
-}
 
 void use_blas_single_threaded() {
   static std::once_flag once;
@@ -88,15 +70,15 @@ namespace {
 
 // The skinny kernels over the outputs of every product in one parallel region, so that a thread
 // done with one matrix goes on to the next instead of waiting at the end of each.
-void skinny_products(const float* x, int n, std::span<const Product> products, int threads) {
+void skinny_products(const float* x, int n, std::span<const Product> products,
+                     const SkinnyKernels& skinny, int threads) {
   // Groups are small (Q, K, V at most): longer ones go a few products at a time, so that the item
   // tables below live on the stack instead of the heap at every call.
   constexpr size_t kMaxGroup = 4;
   if (products.size() > kMaxGroup) {
-    skinny_products(x, n, products.first(kMaxGroup), threads);
-    return skinny_products(x, n, products.subspan(kMaxGroup), threads);
+    skinny_products(x, n, products.first(kMaxGroup), skinny, threads);
+    return skinny_products(x, n, products.subspan(kMaxGroup), skinny, threads);
   }
-  const SkinnyKernels& skinny = skinny_kernels();
   long macs = 0;
   for (const Product& p : products) macs += static_cast<long>(n) * p.w.out * p.w.in;
   const int wanted = threads_for(macs, kMinMacsPerThread, threads);
@@ -126,7 +108,8 @@ void skinny_products(const float* x, int n, std::span<const Product> products, i
 // arithmetic differs with the shape of the product it is given). Each thread widens 16-bit
 // chunks into its own part of the caller's buffer, kept for its next call (allocated here,
 // outside the parallel region, so that a failure can be thrown).
-void gemm_product(const float* x, int n, const Product& p, int threads) {
+void gemm_product(const float* x, int n, const Product& p, const SkinnyKernels& kernels,
+                  int threads) {
   const WeightMatrix& w = p.w;
   const long out = w.out;
   const long chunks = ceil_div(out, kGemmChunk);
@@ -138,7 +121,7 @@ void gemm_product(const float* x, int n, const Product& p, int threads) {
   float* const buffer = scratch.data();  // the workers have thread_local copies of their own
   const float beta = p.accumulate ? 1.0f : 0.0f;
   parallel_for(t, chunks, [&](long c, int thread) {
-    gemm_chunk(x, n, w, c * kGemmChunk, std::min(out, (c + 1) * kGemmChunk), beta, p.y,
+    gemm_chunk(x, n, w, c * kGemmChunk, std::min(out, (c + 1) * kGemmChunk), beta, p.y, kernels,
                buffer + per_thread * thread);
   });
 }
@@ -146,13 +129,13 @@ void gemm_product(const float* x, int n, const Product& p, int threads) {
 }  // namespace
 
 void linear(const float* x, int n, const WeightMatrix& w, const float* bias, float* y,
-            bool accumulate, int threads) {
+            bool accumulate, const SkinnyKernels& kernels, int threads) {
   if (n <= 0 || w.out <= 0) return;
   const Product product{w, y, accumulate};
-  if (n <= skinny_kernels().max_rows)
-    skinny_products(x, n, {&product, 1}, threads);
+  if (n <= kernels.max_rows)
+    skinny_products(x, n, {&product, 1}, kernels, threads);
   else
-    gemm_product(x, n, product, threads);
+    gemm_product(x, n, product, kernels, threads);
   if (bias) {
     for (long r = 0; r < n; ++r) {
       float* row = y + r * w.out;
@@ -161,16 +144,11 @@ void linear(const float* x, int n, const WeightMatrix& w, const float* bias, flo
   }
 }
 
-void linear_group(const float* x, int n, std::span<const Product> products, int threads) {
+void linear_group(const float* x, int n, std::span<const Product> products,
+                  const SkinnyKernels& kernels, int threads) {
   if (n <= 0 || products.empty()) return;
-  if (n <= skinny_kernels().max_rows) return skinny_products(x, n, products, threads);
-  for (const Product& p : products) gemm_product(x, n, p, threads);
-}
-
-void linear(const float* x, int n, int in, const float* w, int out, const float* bias, float* y,
-            bool accumulate) {
-  use_blas_single_threaded();
-  linear(x, n, {w, DType::F32, out, in}, bias, y, accumulate, available_cores());
+  if (n <= kernels.max_rows) return skinny_products(x, n, products, kernels, threads);
+  for (const Product& p : products) gemm_product(x, n, p, kernels, threads);
 }
 
 }  // namespace photon::cpu

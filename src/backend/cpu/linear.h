@@ -4,42 +4,25 @@
 
 #include <span>
 
-#include "core/dtype.h"
+#include "backend/cpu/skinny_gemm.h"
+#include "backend/descriptors.h"
 
 namespace photon::cpu {
 
-// A weight matrix as it lies in the model file: [out, in], row-major, `dtype` elements.
-struct WeightMatrix {
-  const void* data = nullptr;
-  DType dtype = DType::F32;
-  int out = 0;
-  int in = 0;
-};
-
-// Up to skinny_kernels().max_rows rows (decoding; with AVX-512 also RecGen's sibling windows and
+// Up to kernels.max_rows rows (decoding; with AVX-512 also RecGen's sibling windows and
 // prompts, up to 4,096 rows) run the skinny kernels (skinny_gemm.h), whose results do not depend
 // on the row count or the threads; more rows run BLAS's GEMM, 16-bit weights widened a slice at a
 // time. Either splits the outputs over at most `threads` threads, BLAS itself running
 // single-threaded (use_blas_single_threaded). accumulate: y += x W^T instead of y = x W^T. bias
 // (may be null) is then added to every row.
 void linear(const float* x, int n, const WeightMatrix& w, const float* bias, float* y,
-            bool accumulate, int threads);
-
-// One product of linear_group: y[n, w.out] (+)= x . w^T.
-struct Product {
-  WeightMatrix w;
-  float* y = nullptr;
-  bool accumulate = false;
-};
+            bool accumulate, const SkinnyKernels& kernels, int threads);
 
 // linear() of one input with several weight matrices of its width, without biases (attention's Q,
 // K and V; the FFN's gate and up): each result the same bits as its own linear() call, the skinny
 // kernels' work items of all of them in one parallel region.
-void linear_group(const float* x, int n, std::span<const Product> products, int threads);
-
-// The same for f32 weights on every core (the reference of other backends' tests).
-void linear(const float* x, int n, int in, const float* w, int out, const float* bias, float* y,
-            bool accumulate = false);
+void linear_group(const float* x, int n, std::span<const Product> products,
+                  const SkinnyKernels& kernels, int threads);
 
 // Sets the BLAS library to one thread for the whole process, once: the CPU backend parallelizes
 // over output slices itself, within each model's thread budget, which BLAS's single global thread

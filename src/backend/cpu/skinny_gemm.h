@@ -57,7 +57,4 @@ extern const SkinnyKernels kSkinnyAvx2;
 // AVX-512F, likewise, where cpu_has_avx512() says; the same bits as kSkinnyAvx2.
 extern const SkinnyKernels kSkinnyAvx512;
 
-// The widest of the above this CPU runs, at most $PHOTON_CPU_KERNELS (defined in linear.cpp).
-const SkinnyKernels& skinny_kernels();
-
 }  // namespace photon::cpu
