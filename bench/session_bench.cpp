@@ -1,4 +1,4 @@
-// Session benchmarks on the public API (issue 3):
+// Session benchmarks on the public API (docs/performance.md):
 //   photon_session_bench throughput DIR   batched decode throughput at 1, 4, 16, 64 sessions
 //   photon_session_bench state DIR        saved-state bytes against context length
 //   photon_session_bench prefill DIR      prompts of many sessions: one prefill each against one

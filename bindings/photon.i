@@ -1,16 +1,16 @@
 /* photon.i -- the interface every language binding is generated from (SWIG 4).
  *
  * Each language's file (java/photon_java.i, csharp/photon_csharp.i, go/internal/native/
- * native.swigcxx, python/photon_python.i) declares its %module, its typemaps for photon::Bytes
- * (byte arrays), photon::TokenIds (token id arrays), photon::Logprobs (float arrays) and
- * std::vector<photon::TokenIds> (a batch's token arrays: Go's TokenIdsVector, an array of arrays
- * elsewhere), its exception handling and its naming, defines PHOTON_CLOSED_CHECK and
- * PHOTON_FUNCTION_NAMES, and then includes this file.
+ * native.swigcxx, python/photon_python.i) declares its %module, its typemaps for Bytes (byte
+ * arrays), TokenIds (token id arrays), Logprobs (float arrays) and std::vector<TokenIds> (a
+ * batch's token arrays: Go's TokenIdsVector, an array of arrays elsewhere), its exception
+ * handling and its naming, defines PHOTON_CLOSED_CHECK and PHOTON_FUNCTION_NAMES, and then
+ * includes this file.
  *
  * Whitelist: SWIG reads only photon_binding.hpp, a small C++ layer over include/photon.h. Its
  * classes (Model, Session, SessionOptions, TokenListener, BatchListener, the Mode / StopReason
- * enums) and SessionVector (the sessions of a batch) are the whole surface; nothing of
- * photon.h is wrapped directly.
+ * enums, all in the namespace photon_binding) and SessionVector (the sessions of a batch) are the
+ * whole surface; nothing of photon.h is wrapped directly.
  */
 
 %{
@@ -22,27 +22,27 @@
 %include <std_vector.i>
 
 /* The sessions of a batch. */
-namespace photon {
+namespace photon_binding {
 class Session;
 }
-%template(SessionVector) std::vector<photon::Session *>;
+%template(SessionVector) std::vector<photon_binding::Session *>;
 
 /* The language's naming rule for photon's functions, declared here so that it does not rename
  * the std::vector methods above. */
 PHOTON_FUNCTION_NAMES
 
 /* Managed code implements the token callbacks. */
-%feature("director") photon::TokenListener;
-%feature("director") photon::BatchListener;
+%feature("director") photon_binding::TokenListener;
+%feature("director") photon_binding::BatchListener;
 
 /* restore() creates the session the caller then owns. */
-%newobject photon::Session::restore;
-%newobject photon::Session::restore_file;
+%newobject photon_binding::Session::restore;
+%newobject photon_binding::Session::restore_file;
 
 /* A method called on an object that was closed (its native part deleted) raises the language's
  * use-after-close error instead of dereferencing NULL. */
-PHOTON_CLOSED_CHECK(photon::Model, "model")
-PHOTON_CLOSED_CHECK(photon::Session, "session")
-PHOTON_CLOSED_CHECK(photon::SessionOptions, "session options")
+PHOTON_CLOSED_CHECK(photon_binding::Model, "model")
+PHOTON_CLOSED_CHECK(photon_binding::Session, "session")
+PHOTON_CLOSED_CHECK(photon_binding::SessionOptions, "session options")
 
 %include "photon_binding.hpp"

@@ -7,7 +7,10 @@
 // listener that a managed runtime can implement (SWIG directors) and that may throw, and a check
 // that turns overlapping calls on one session (photon.h: one thread at a time) into a PhotonError.
 //
-// Header-only: every language's generated wrapper includes it.
+// Header-only: every language's generated wrapper includes it. Its namespace is photon_binding,
+// not photon: the library's internals have classes of the same names (photon::Model,
+// photon::Session), and two definitions of one qualified name in one process break the
+// one-definition rule (the dynamic linker may bind one's calls to the other's code).
 #ifndef PHOTON_BINDING_HPP
 #define PHOTON_BINDING_HPP
 
@@ -24,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-namespace photon {
+namespace photon_binding {
 
 using Bytes = std::vector<std::uint8_t>;
 using TokenIds = std::vector<std::int32_t>;
@@ -191,6 +194,12 @@ class SessionOptions {
     detail::check(photon_session_options_add_stop_string(get(), stop.c_str()));
     return *this;
   }
+  // true: generation goes on past a full context, keeping the last half of the tokens and
+  // prefilling them again (photon_session_options_set_context_shift).
+  SessionOptions& set_context_shift(bool context_shift) {
+    detail::check(photon_session_options_set_context_shift(get(), context_shift ? 1 : 0));
+    return *this;
+  }
 
 #ifndef SWIG
   photon_session_options* get() const {
@@ -219,13 +228,18 @@ class Model {
   // threads: the most CPU threads one call computes with (0: every core); see
   // photon_load_options_set_threads.
   Model(const std::string& path, int threads) : Model(path, "cpu", threads) {}
-  Model(const std::string& path, const std::string& device, int threads) {
+  Model(const std::string& path, const std::string& device, int threads)
+      : Model(path, device, threads, false) {}
+  // verify: also read every weight, refusing NaN, infinities and data changed since the file was
+  // written (photon_load_options_set_verify).
+  Model(const std::string& path, const std::string& device, int threads, bool verify) {
     photon_load_options* raw_options = nullptr;
     detail::check(photon_load_options_create(&raw_options));
     const std::unique_ptr<photon_load_options, void (*)(photon_load_options*)> options(
         raw_options, photon_load_options_free);
     detail::check(photon_load_options_set_device(options.get(), device.c_str()));
     detail::check(photon_load_options_set_threads(options.get(), threads));
+    detail::check(photon_load_options_set_verify(options.get(), verify ? 1 : 0));
     photon_model* raw = nullptr;
     detail::check(photon_model_load(path.c_str(), options.get(), &raw));
     model_.reset(raw, photon_model_free);
@@ -268,12 +282,31 @@ class Model {
     return std::string(text.begin(), text.end());
   }
 
-  // Teacher-forced log-probabilities: element i is log p(tokens[i] | tokens[0..i-1]); element 0
-  // is NaN (the first token is not predicted).
-  Logprobs score(const TokenIds& tokens) const {
+  // The embedded tokenizer: a sentencepiece .model file's bytes (photon_model_tokenizer_model).
+  Bytes tokenizer_model() const {
     const std::shared_ptr<photon_model> model = shared();
+    return detail::fill<Bytes>(
+        0, 0, [&](std::uint8_t* out, std::size_t capacity, std::size_t* needed) {
+          return photon_model_tokenizer_model(model.get(), out, capacity, needed);
+        });
+  }
+
+  // Teacher-forced log-probabilities: element i is log p(tokens[i] | tokens[0..i-1]); element 0
+  // is NaN (the first token is not predicted). Longer than the context: in sliding windows half
+  // a context apart (photon_model_score).
+  Logprobs score(const TokenIds& tokens) const { return score_with_stride(tokens, 0); }
+  // As score, with the sliding windows `stride` tokens apart (1 <= stride < the context; 0: half
+  // the context), photon_score_options_set_stride.
+  Logprobs score_with_stride(const TokenIds& tokens, int stride) const {
+    const std::shared_ptr<photon_model> model = shared();
+    photon_score_options* raw_options = nullptr;
+    detail::check(photon_score_options_create(&raw_options));
+    const std::unique_ptr<photon_score_options, void (*)(photon_score_options*)> options(
+        raw_options, photon_score_options_free);
+    detail::check(photon_score_options_set_stride(options.get(), stride));
     Logprobs logprobs(tokens.size());
-    detail::check(photon_model_score(model.get(), tokens.data(), tokens.size(), logprobs.data()));
+    detail::check(photon_model_score_with(model.get(), tokens.data(), tokens.size(), options.get(),
+                                          logprobs.data()));
     return logprobs;
   }
 
@@ -575,6 +608,6 @@ class Session {
 #endif
 };
 
-}  // namespace photon
+}  // namespace photon_binding
 
 #endif  // PHOTON_BINDING_HPP

@@ -61,7 +61,7 @@ if(PHOTON_CUDA_ENABLED)
   target_include_directories(photon_cuda PUBLIC ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src)
   target_link_libraries(photon_cuda PUBLIC CUDA::cudart CUDA::cublasLt)
   target_compile_features(photon_cuda PUBLIC cxx_std_20)
-  # Hidden: the module exports its entry point alone (photon::Error says otherwise for itself).
+  # Hidden: the module exports its entry point alone.
   set_target_properties(photon_cuda PROPERTIES
     POSITION_INDEPENDENT_CODE ON
     CUDA_RUNTIME_LIBRARY Shared
@@ -79,12 +79,17 @@ if(PHOTON_CUDA_ENABLED)
   # toolkit path it was linked against (or through the loader's usual search).
   add_library(photon_cuda_module MODULE ${CMAKE_SOURCE_DIR}/src/backend/cuda/module.cpp)
   target_link_libraries(photon_cuda_module PRIVATE photon_cuda)
-  target_link_options(photon_cuda_module PRIVATE -Wl,--no-undefined)
+  # It exports its entry point alone (the version script also hides what hidden visibility cannot,
+  # such as the C++ runtime's unique symbols of inline functions).
+  set(PHOTON_CUDA_VERSION_SCRIPT ${CMAKE_SOURCE_DIR}/cmake/photon-cuda.version)
+  target_link_options(photon_cuda_module PRIVATE -Wl,--no-undefined
+                      "LINKER:--version-script=${PHOTON_CUDA_VERSION_SCRIPT}")
   target_compile_options(photon_cuda_module PRIVATE ${_photon_cuda_warnings})
   set_target_properties(photon_cuda_module PROPERTIES
     OUTPUT_NAME photon-cuda PREFIX lib
     LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib
     CUDA_RUNTIME_LIBRARY Shared
     CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
+    LINK_DEPENDS ${PHOTON_CUDA_VERSION_SCRIPT}
     INSTALL_RPATH_USE_LINK_PATH ON)
 endif()

@@ -7,10 +7,6 @@ find_package(nlohmann_json 3 REQUIRED)
 find_package(FlatBuffers REQUIRED CONFIG)
 find_program(FLATC flatc REQUIRED)
 
-set(BLA_VENDOR OpenBLAS)
-find_package(BLAS REQUIRED)
-find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu/openblas-pthread REQUIRED)
-
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 
 # flatc-generated headers for every schema in schemas/.

@@ -13,21 +13,23 @@
  *
  * Errors
  *   Every fallible call returns a photon_status. On failure, photon_last_error() returns a message
- *   that names the offending input (file, tensor, argument); it stays readable on the calling thread
- *   until that thread's next failing call. No call aborts, exits or lets a C++ exception escape.
- *   Out-parameters are left untouched on failure unless a call says otherwise.
+ *   that names the offending input (file, tensor, argument); it stays readable on the calling
+ *   thread until that thread's next failing call. No call aborts, exits or lets a C++ exception
+ *   escape. Out-parameters are left untouched on failure unless a call says otherwise.
  *
  * Thread safety
- *   A photon_model is immutable after photon_model_load returns: any number of threads may use it at
- *   once (create sessions, tokenize, score). A photon_session must be used by one thread at a time;
- *   different sessions may run on different threads concurrently. The exceptions are documented per
- *   call (photon_session_cancel may be called from any thread). Options objects are not shared.
- *   photon_last_error() is per thread. On a GPU, the work of all threads on one model is issued to
- *   one device stream under a lock: threads are safe, and their steps take turns on the device.
+ *   A photon_model is immutable after photon_model_load returns: any number of threads may use it
+ *   at once (create sessions, tokenize, score). A photon_session must be used by one thread at a
+ *   time; different sessions may run on different threads concurrently. The exceptions are
+ *   documented per call (photon_session_cancel may be called from any thread). Options objects are
+ *   not shared. photon_last_error() is per thread. On a GPU, the work of all threads on one model
+ *   is issued to one device stream under a lock: threads are safe, and their steps take turns on
+ *   the device.
  *
  * Compatibility
  *   The ABI grows only by adding functions and enum values. Settings live in opaque options objects
- *   with setters, so adding a setting never changes the layout of anything a caller compiled against.
+ *   with setters, so adding a setting never changes the layout of anything a caller compiled
+ *   against. The library exports the functions declared here and no other symbol.
  *
  * Example: load a model and stream a completion.
  *
@@ -43,12 +45,12 @@
  *   int main(void) {
  *       photon_model *model = NULL;
  *       photon_session *session = NULL;
- *       int32_t prompt[256];
+ *       int32_t ids[256];
  *       size_t n = 0;
  *       if (photon_model_load("model.photon", NULL, &model) != PHOTON_OK ||
- *           photon_model_tokenize(model, "In the beginning", 16, 1, prompt, 256, &n) != PHOTON_OK ||
+ *           photon_model_tokenize(model, "In the beginning", 16, 1, ids, 256, &n) != PHOTON_OK ||
  *           photon_session_create(model, NULL, &session) != PHOTON_OK ||
- *           photon_session_prefill(session, prompt, n) != PHOTON_OK ||
+ *           photon_session_prefill(session, ids, n) != PHOTON_OK ||
  *           photon_session_generate(session, 64, on_token, NULL, NULL) != PHOTON_OK) {
  *           fprintf(stderr, "photon: %s\n", photon_last_error());
  *       }
@@ -122,6 +124,10 @@ typedef enum photon_status {
   PHOTON_ERR_UNSUPPORTED = 22,         /* valid but not supported, e.g. RecGen with one level */
   PHOTON_ERR_WRONG_MODEL = 23,         /* a session state made by a different model or tokenizer */
   PHOTON_ERR_DEVICE = 24,              /* the compute device failed or is not available */
+  PHOTON_ERR_BUSY = 25,                /* an engine's waiting queue is full: submit again later */
+  PHOTON_ERR_TIMEOUT = 26,             /* nothing happened within the call's timeout */
+  PHOTON_ERR_NOT_FINITE = 27,          /* a weight or a computed value is NaN or infinite, or a
+                                          weight overflows the storage type it is written in */
   PHOTON_ERR_INTERNAL = 99             /* a bug: please report it with the message */
 } photon_status;
 
@@ -140,8 +146,8 @@ PHOTON_API const char *photon_last_error(void);
 typedef struct photon_model photon_model;
 typedef struct photon_load_options photon_load_options;
 
-/* Called during photon_model_load with a fraction in [0, 1] that never decreases. Return non-zero to
- * cancel the load (photon_model_load then returns PHOTON_ERR_CANCELLED). */
+/* Called during photon_model_load with a fraction in [0, 1] that never decreases. Return non-zero
+ * to cancel the load (photon_model_load then returns PHOTON_ERR_CANCELLED). */
 typedef int (*photon_progress_callback)(void *user_data, float fraction);
 
 /* Creates load options holding the defaults (no progress callback, device "cpu", threads 0). */
@@ -160,45 +166,54 @@ PHOTON_API photon_status photon_load_options_set_progress(photon_load_options *o
  *             (read once per process, to compare kernels or rule one out);
  *   "cuda"    the first CUDA GPU, "cuda:N" GPU number N (compute capability 8.0 or newer);
  *   "auto"    the first CUDA GPU when one can be used, else the CPU.
- * On a GPU the weights are uploaded once, on first use, as bf16 (f16 files keep f16, f32 files are
- * converted), and products accumulate in f32; log-probabilities then differ from the CPU's by up
- * to a few 1e-2, and a greedy token can differ where two candidates are that close. KV caches live
- * in device memory, allocated for each session's whole context when it is created. The CUDA
- * backend is the module libphoton-cuda.so, loaded by photon_model_load when a GPU is asked for
- * (found next to libphoton, or at $PHOTON_CUDA_MODULE); libphoton itself needs no CUDA library.
+ * On a GPU the weight matrices are uploaded once, on first use, as bf16 (f16 files keep f16, f32
+ * files are converted); activations enter each product as two 16-bit terms and products
+ * accumulate in f32. Log-probabilities then differ from the CPU's by up to about 2e-4 on the test
+ * models (the tests allow 5e-2), and a greedy token can differ where two candidates are that close.
+ * KV caches live in device memory, allocated for each session's whole context when it is created.
+ * The CUDA backend is the module libphoton-cuda.so, loaded by photon_model_load when a GPU is asked
+ * for (found next to libphoton, or at $PHOTON_CUDA_MODULE); libphoton itself needs no CUDA library.
  * Any other text fails here with PHOTON_ERR_INVALID_ARGUMENT; whether the device can be had is
- * decided by photon_model_load. Status: the CUDA backend is built and tested against the CPU by
- * tests that need a GPU, and those have not run yet (docs/cuda.md). */
+ * decided by photon_model_load. The GPU tests (every op and whole models against the CPU) passed
+ * on an NVIDIA H200 at commit 01f1e0a; docs/cuda.md lists what changed in the CUDA backend since
+ * and has not yet run on a GPU. */
 PHOTON_API photon_status photon_load_options_set_device(photon_load_options *options,
                                                         const char *device);
 
-/* Sets the most CPU threads one call on the model computes with (a GPU model ignores it), the calling
- * thread included (default
- * 0: every core the process may run on; more than that counts as that). A call computes on its own
- * thread and takes up to threads - 1 idle helpers from one pool the SDK starts on first need (cores
- * - 1 threads, asleep when idle); with 1 it starts none. Every parallel part of the computation
- * honours it, the BLAS library included: the SDK runs OpenBLAS single-threaded (on the first model
- * load it sets OpenBLAS to one thread for the whole process) and splits the work itself. Each call
- * counts the limit on its own: several threads that each use a model (or different models) at once
- * use up to threads each, so an application that drives its sessions from N threads of its own
- * gives 1 to use N cores without oversubscribing. A model's results (tokens, log-probabilities,
- * saved states) are the same for every thread count. OMP_NUM_THREADS and OPENBLAS_NUM_THREADS do not
- * apply. Fails with PHOTON_ERR_INVALID_ARGUMENT for a negative count. */
+/* Sets the most CPU threads one call on the model computes with (a GPU model ignores it), the
+ * calling thread included (default 0: every core the process may run on; more than that counts as
+ * that). A call computes on its own thread and takes up to threads - 1 idle helpers from one pool
+ * the SDK starts on first need (cores - 1 threads, asleep when idle); with 1 it starts none. Every
+ * parallel part of the computation honours it. Each call counts the limit on its own: several
+ * threads that each use a model (or different models) at once use up to threads each, so an
+ * application that drives its sessions from N threads of its own gives 1 to use N cores without
+ * oversubscribing. A model's results (tokens, log-probabilities, saved states) are the same for
+ * every thread count. OMP_NUM_THREADS does not apply. Fails with PHOTON_ERR_INVALID_ARGUMENT for a
+ * negative count. */
 PHOTON_API photon_status photon_load_options_set_threads(photon_load_options *options,
                                                          int32_t threads);
 
-/* Loads and fully verifies a .photon model file: the FlatBuffers header, every size against the real
- * file length, and the tensor set against the configuration (names, shapes, dtypes). Weights are
- * memory-mapped and, on the CPU, used in place in their stored type (f32, f16 or bf16; arithmetic
- * in f32), so a loaded model's memory is about its file size.
- * options may be NULL for the defaults. On success *out owns the model; free it with photon_model_free.
- * Fails with PHOTON_ERR_IO, _BAD_IDENTIFIER, _UNSUPPORTED_VERSION, _TRUNCATED, _CORRUPT,
- * _SIZE_OVERFLOW, _TENSOR_BOUNDS, _TENSOR_SHAPE, _TENSOR_SET, _BAD_CONFIG, _TOKENIZER, _CANCELLED or
- * _OUT_OF_MEMORY, with a message naming the file and, where one is at fault, the tensor. With device
- * "cuda" or "cuda:N" it fails with PHOTON_ERR_DEVICE when the GPU cannot be had, and the message
- * says what is missing: a CUDA build ("no CUDA build": libphoton-cuda.so is not installed), the CUDA
- * libraries the module needs ("no CUDA runtime"), a usable NVIDIA driver ("no CUDA driver") or the
- * device ("no CUDA device"). */
+/* Non-zero: photon_model_load also reads every weight once (default 0: loading maps the weights
+ * and reads only what it needs), and fails with PHOTON_ERR_NOT_FINITE, naming the tensor and the
+ * first element, where a weight is NaN or infinite (files written by photon_model_convert and
+ * photon_model_init_random never hold one; a file made by other means may), and with
+ * PHOTON_ERR_CORRUPT where the data section no longer matches the hash its header recorded when
+ * it was written. The cost is one read of the whole file. */
+PHOTON_API photon_status photon_load_options_set_verify(photon_load_options *options, int verify);
+
+/* Loads and fully verifies a .photon model file: the FlatBuffers header, every size against the
+ * real file length, and the tensor set against the configuration (names, shapes, dtypes). Weights
+ * are memory-mapped and, on the CPU, used in place in their stored type (f32, f16 or bf16;
+ * arithmetic in f32), so a loaded model's memory is about its file size. options may be NULL for
+ * the defaults. On success *out owns the model; free it with photon_model_free. Fails with
+ * PHOTON_ERR_IO, _BAD_IDENTIFIER, _UNSUPPORTED_VERSION, _TRUNCATED, _CORRUPT, _SIZE_OVERFLOW,
+ * _TENSOR_BOUNDS, _TENSOR_SHAPE, _TENSOR_SET, _BAD_CONFIG, _TOKENIZER, _CANCELLED or
+ * _OUT_OF_MEMORY (and, with photon_load_options_set_verify, _NOT_FINITE), with a message naming
+ * the file and, where one is at fault, the tensor. With device "cuda" or "cuda:N" it fails with
+ * PHOTON_ERR_DEVICE when the GPU cannot be had, and the message says what is missing: the CUDA
+ * module ("no CUDA module": libphoton-cuda.so is neither beside libphoton nor at
+ * $PHOTON_CUDA_MODULE; a build without CUDA has none), the CUDA libraries the module needs ("no
+ * CUDA runtime"), a usable NVIDIA driver ("no CUDA driver") or the device ("no CUDA device"). */
 PHOTON_API photon_status photon_model_load(const char *path, const photon_load_options *options,
                                            photon_model **out);
 
@@ -237,8 +252,8 @@ PHOTON_API int32_t photon_model_eos(const photon_model *model);
 /* The full configuration as compact JSON in the interchange format (spec section 8); the string is
  * owned by the model. "" for NULL. */
 PHOTON_API const char *photon_model_config_json(const photon_model *model);
-/* A provenance value recorded in the file (e.g. "producer", "created", "source"), or NULL if absent.
- * The string is owned by the model. */
+/* A provenance value recorded in the file (e.g. "producer", "created", "source"), or NULL if
+ * absent. The string is owned by the model. */
 PHOTON_API const char *photon_model_metadata(const photon_model *model, const char *key);
 /* Number of provenance entries in the file; 0 for NULL. */
 PHOTON_API size_t photon_model_metadata_count(const photon_model *model);
@@ -247,10 +262,18 @@ PHOTON_API size_t photon_model_metadata_count(const photon_model *model);
 PHOTON_API photon_status photon_model_metadata_at(const photon_model *model, size_t index,
                                                   const char **key, const char **value);
 
-/* Splits UTF-8 text (text_len bytes; need not be NUL-terminated) into token ids, with BOS first when
- * add_bos is non-zero. *n_tokens receives the number of ids. If capacity is too small (tokens may then
- * be NULL), nothing is written to tokens and the call returns PHOTON_ERR_BUFFER_TOO_SMALL with
- * *n_tokens set to the capacity needed. */
+/* Copies the model's embedded tokenizer: the serialized sentencepiece model (a .model file's
+ * bytes, padded with unused pieces to the vocabulary size when the file was written), which
+ * photon_write_options_set_tokenizer_file takes back to write another model with the same token
+ * ids. If capacity is too small (buffer may then be NULL), returns PHOTON_ERR_BUFFER_TOO_SMALL
+ * with *size set to the bytes needed; otherwise *size receives the bytes written. */
+PHOTON_API photon_status photon_model_tokenizer_model(const photon_model *model, void *buffer,
+                                                      size_t capacity, size_t *size);
+
+/* Splits UTF-8 text (text_len bytes; need not be NUL-terminated) into token ids, with BOS first
+ * when add_bos is non-zero. *n_tokens receives the number of ids. If capacity is too small (tokens
+ * may then be NULL), nothing is written to tokens and the call returns PHOTON_ERR_BUFFER_TOO_SMALL
+ * with *n_tokens set to the capacity needed. */
 PHOTON_API photon_status photon_model_tokenize(const photon_model *model, const char *text,
                                                size_t text_len, int add_bos, int32_t *tokens,
                                                size_t capacity, size_t *n_tokens);
@@ -258,15 +281,22 @@ PHOTON_API photon_status photon_model_tokenize(const photon_model *model, const 
 /* Turns token ids back into UTF-8 text (special tokens produce no text). Writes at most capacity
  * bytes including a terminating NUL; *text_len receives the length without the NUL. If capacity is
  * too small (text may then be NULL), returns PHOTON_ERR_BUFFER_TOO_SMALL with *text_len set to the
- * length needed, not counting the NUL. Fails with PHOTON_ERR_BAD_TOKEN for an id outside the vocab. */
+ * length needed, not counting the NUL. Fails with PHOTON_ERR_BAD_TOKEN for an id outside the
+ * vocab. */
 PHOTON_API photon_status photon_model_detokenize(const photon_model *model, const int32_t *tokens,
                                                  size_t n_tokens, char *text, size_t capacity,
                                                  size_t *text_len);
 
 /* Teacher-forced scoring: logprobs[i] = log p(tokens[i] | tokens[0..i-1]) for i >= 1, and
  * logprobs[0] = NaN (the first token, normally BOS, is not predicted). logprobs must hold n_tokens
- * floats. Thread-safe on a shared model. Fails with PHOTON_ERR_BAD_TOKEN, PHOTON_ERR_CONTEXT_FULL
- * (n_tokens above the model's context length) or PHOTON_ERR_INVALID_ARGUMENT (n_tokens == 0). */
+ * floats. A sequence longer than the model's context length is scored in sliding windows, as
+ * perplexity tools do: each window holds up to a context of tokens, windows start stride tokens
+ * apart (half the context here; photon_score_options_set_stride), and each scores the tokens
+ * after the previous window's end, so token i is then conditioned on the tokens before it in its
+ * window only (at least context - stride of them) and every token after the first is scored once.
+ * Thread-safe on a shared model. Fails with PHOTON_ERR_BAD_TOKEN, PHOTON_ERR_INVALID_ARGUMENT
+ * (n_tokens == 0) or PHOTON_ERR_NOT_FINITE (a log-probability is NaN or infinite: the model's
+ * weights hold a NaN or an infinity, or its activations overflow). */
 PHOTON_API photon_status photon_model_score(const photon_model *model, const int32_t *tokens,
                                             size_t n_tokens, float *logprobs);
 
@@ -282,9 +312,9 @@ typedef enum photon_dtype {
 /* Number of tensors in the model file; 0 for NULL. */
 PHOTON_API size_t photon_model_tensor_count(const photon_model *model);
 
-/* Describes tensor `index` (0 .. count-1, in file order). Any out-pointer may be NULL. *name is owned
- * by the model; shape receives *n_dims values (at most PHOTON_MAX_DIMS); *offset is the byte offset
- * of the tensor's data from the start of the file and *size_bytes its length. */
+/* Describes tensor `index` (0 .. count-1, in file order). Any out-pointer may be NULL. *name is
+ * owned by the model; shape receives *n_dims values (at most PHOTON_MAX_DIMS); *offset is the byte
+ * offset of the tensor's data from the start of the file and *size_bytes its length. */
 PHOTON_API photon_status photon_model_tensor_info(const photon_model *model, size_t index,
                                                   const char **name, photon_dtype *dtype,
                                                   int32_t *n_dims, int64_t shape[PHOTON_MAX_DIMS],
@@ -318,22 +348,50 @@ PHOTON_API photon_status photon_write_options_set_seed(photon_write_options *opt
 /* Adds (or replaces) a provenance entry stored in the file's header. */
 PHOTON_API photon_status photon_write_options_set_metadata(photon_write_options *options,
                                                            const char *key, const char *value);
-/* Progress of the write, as for loading; non-zero from the callback cancels and removes the file. */
+/* Progress of the write, as for loading; non-zero from the callback cancels and removes the
+ * file. */
 PHOTON_API photon_status photon_write_options_set_progress(photon_write_options *options,
                                                            photon_progress_callback callback,
                                                            void *user_data);
 
 /* Builds a .photon file from the interchange format of spec section 8: config.json and weights.npz
- * (float32 or float16 arrays named as in spec section 6, stored or deflated). Every tensor the config
- * needs must be present with its exact shape, and no other. options may be NULL. The output is written
- * to a temporary name and renamed, so a failed call never leaves a partial file at out_path. */
+ * (float32 or float16 arrays named as in spec section 6, stored or deflated). Every tensor the
+ * config needs must be present with its exact shape, and no other. options may be NULL. The output
+ * is written to a temporary name and renamed, so a failed call never leaves a partial file at
+ * out_path. */
 PHOTON_API photon_status photon_model_convert(const char *config_json_path,
                                               const char *weights_npz_path, const char *out_path,
                                               const photon_write_options *options);
 
-/* Writes a model with seeded random weights (normal, std 0.02, for matrices and embeddings; ones for
- * norms; zeros for biases) for the configuration given as JSON text (spec section 8), for tests and
- * benchmarks. options may be NULL. */
+/* Builds a .photon file from a safetensors checkpoint. path is either
+ *   a directory holding config.json, the weights (model.safetensors, or the shards that
+ *   model.safetensors.index.json lists) and tokenizer.model, as Hugging Face and the SDK's trainer
+ *   write them, or
+ *   one .safetensors file, whose configuration config_json_path then gives.
+ * config_json_path (NULL: path/config.json) is the SDK's configuration (spec section 8; tensors
+ * named as in spec section 6, any architecture) or a Hugging Face config.json of
+ * LlamaForCausalLM or MistralForCausalLM, which becomes a vanilla model (the fields and tensor
+ * names it maps are listed in docs/model-files.md). What the engine cannot compute exactly is
+ * refused with PHOTON_ERR_UNSUPPORTED naming the field: rope_scaling, a Mistral sliding_window
+ * shorter than max_position_embeddings, attention_bias or mlp_bias, a hidden_act other than silu,
+ * quantization_config, another architecture. Tensors may be F32, F16 or BF16 (stored as the
+ * options' dtype); every tensor the configuration needs must be present with its exact shape, and
+ * no other. The tokenizer is the options' tokenizer file, else tokenizer.model beside the weights,
+ * else, for an SDK configuration only, the built-in one; a Hugging Face config's bos_token_id and
+ * eos_token_id must be the tokenizer's (PHOTON_ERR_TOKENIZER otherwise). The weights are mapped and
+ * converted one tensor at a time, so memory stays near the largest tensor (as f32), not the model.
+ * The file's metadata records "source" (the directory's or file's name), "source.format" and
+ * "source.config_sha256" (of config.json's bytes) unless the options set them. Damaged files fail
+ * with PHOTON_ERR_IO, _TRUNCATED, _CORRUPT, _SIZE_OVERFLOW, _TENSOR_BOUNDS, _TENSOR_SHAPE or
+ * _TENSOR_SET naming the file and tensor. options may be NULL. Written as photon_model_convert
+ * writes: a failed call never leaves a partial file at out_path. */
+PHOTON_API photon_status photon_model_convert_from(const char *path, const char *config_json_path,
+                                                   const char *out_path,
+                                                   const photon_write_options *options);
+
+/* Writes a model with seeded random weights (normal, std 0.02, for matrices and embeddings; ones
+ * for norms; zeros for biases) for the configuration given as JSON text (spec section 8), for tests
+ * and benchmarks. options may be NULL. */
 PHOTON_API photon_status photon_model_init_random(const char *config_json, const char *out_path,
                                                   const photon_write_options *options);
 
@@ -367,13 +425,14 @@ typedef enum photon_mode {
 } photon_mode;
 
 typedef enum photon_stop_reason {
-  PHOTON_STOP_NONE = 0,        /* no generate call has finished yet */
-  PHOTON_STOP_LENGTH = 1,      /* the call's token budget was reached */
-  PHOTON_STOP_EOS = 2,         /* the model produced its end-of-sequence token */
-  PHOTON_STOP_STRING = 3,      /* the text produced a configured stop string */
-  PHOTON_STOP_CALLBACK = 4,    /* the token callback returned non-zero */
-  PHOTON_STOP_CANCELLED = 5,   /* photon_session_cancel was called */
-  PHOTON_STOP_CONTEXT_FULL = 6 /* the session's context length was reached */
+  PHOTON_STOP_NONE = 0,         /* no generate call has finished yet */
+  PHOTON_STOP_LENGTH = 1,       /* the call's token budget was reached */
+  PHOTON_STOP_EOS = 2,          /* the model produced its end-of-sequence token */
+  PHOTON_STOP_STRING = 3,       /* the text produced a configured stop string */
+  PHOTON_STOP_CALLBACK = 4,     /* the token callback returned non-zero */
+  PHOTON_STOP_CANCELLED = 5,    /* photon_session_cancel was called */
+  PHOTON_STOP_CONTEXT_FULL = 6, /* the session's context length was reached */
+  PHOTON_STOP_ERROR = 7         /* an engine request failed (photon_request_status says why) */
 } photon_stop_reason;
 
 /* Creates session options with the defaults: mode AUTO, context = the model's, seed 0, greedy
@@ -451,6 +510,17 @@ PHOTON_API photon_status photon_session_options_set_repetition_penalty(
 /* Non-zero: do not stop at the end-of-sequence token (it is sampled like any other). */
 PHOTON_API photon_status photon_session_options_set_ignore_eos(photon_session_options *options,
                                                                int ignore_eos);
+/* Non-zero: generation goes on past a full context (default 0: it stops there with
+ * PHOTON_STOP_CONTEXT_FULL). When the session holds as many tokens as its context length, it keeps
+ * the last half of them, context_length / 2 tokens (rounded down), and prefills them again: from
+ * then on it is exactly a new session of the same settings that was prefilled with those tokens
+ * (caches rebuilt from them, the same draws at the same positions), and photon_session_position
+ * and photon_session_tokens count from that tail. Text delivered before the shift still counts
+ * for stop strings. Each shift costs a prefill of half the context, and the caches exist twice
+ * while it runs. A context of 1 token cannot shift and stops. The setting is not part of a saved
+ * state: a restored session has it off until photon_session_set_sampler turns it on. */
+PHOTON_API photon_status photon_session_options_set_context_shift(photon_session_options *options,
+                                                                  int context_shift);
 /* Adds a stop string (UTF-8, non-empty): generation stops once the generated text contains it. The
  * token that completes it is still delivered. */
 PHOTON_API photon_status photon_session_options_add_stop_string(photon_session_options *options,
@@ -511,6 +581,18 @@ PHOTON_API photon_status photon_score_options_set_mode(photon_score_options *opt
 PHOTON_API photon_status photon_score_options_set_prompt_tokens(photon_score_options *options,
                                                                 size_t n);
 
+/* The stride of the sliding windows that score a sequence longer than the model's context (see
+ * photon_model_score): window w covers tokens [w * stride, w * stride + context) (cut at the
+ * sequence's end) and scores those after window w - 1's end; a window after the first starts
+ * mid-text, without BOS, and in PHOTON_MODE_RECGEN its prompt is its part that the previous window
+ * scored. 1 <= stride < context; 0 (the default) means half the context, rounded down. A smaller
+ * stride gives each token more context and costs more windows: a sequence of n > context tokens
+ * takes 1 + ceil((n - context) / stride) of them. Fails with PHOTON_ERR_INVALID_ARGUMENT for a
+ * negative stride; one of the context or more fails in photon_model_score_with when windows are
+ * needed. */
+PHOTON_API photon_status photon_score_options_set_stride(photon_score_options *options,
+                                                         int32_t stride);
+
 /* photon_model_score under options (NULL: the defaults, which equal photon_model_score). Fails as
  * photon_model_score does, and with PHOTON_ERR_UNSUPPORTED for RecGen on a model without it. */
 PHOTON_API photon_status photon_model_score_with(const photon_model *model, const int32_t *tokens,
@@ -527,7 +609,8 @@ typedef int (*photon_token_callback)(void *user_data, int32_t token, const char 
 /* Generates up to max_tokens tokens after the session's current history, calling callback (may be
  * NULL) for each. Stops at the budget, at EOS (unless ignored; EOS is then not delivered and not
  * added to the history), at a stop string, when the callback returns non-zero, on
- * photon_session_cancel, or when the context is full; photon_session_stop_reason says which. Every
+ * photon_session_cancel, or when the context is full (unless the session shifts its context:
+ * photon_session_options_set_context_shift); photon_session_stop_reason says which. Every
  * delivered token is part of the history, so a later call continues from it. *n_generated (may be
  * NULL) receives the number of tokens delivered. The session must hold at least one token. A
  * cancelled call returns PHOTON_OK with stop reason PHOTON_STOP_CANCELLED. */
@@ -538,9 +621,9 @@ PHOTON_API photon_status photon_session_generate(photon_session *session, int32_
 /* Why the last generate call stopped. */
 PHOTON_API photon_stop_reason photon_session_stop_reason(const photon_session *session);
 
-/* Asks a running prefill or generate on this session to stop at its next step. Safe to call from any
- * thread, also when nothing runs (the request then applies to the session's next call only if it
- * arrives while that call runs: each call clears it on entry). NULL is accepted. */
+/* Asks a running prefill or generate on this session to stop at its next step. Safe to call from
+ * any thread, also when nothing runs (the request then applies to the session's next call only if
+ * it arrives while that call runs: each call clears it on entry). NULL is accepted. */
 PHOTON_API void photon_session_cancel(photon_session *session);
 
 /* Number of tokens the session holds (prompt and generated). */
@@ -559,15 +642,15 @@ PHOTON_API photon_status photon_session_tokens(const photon_session *session, in
 PHOTON_API photon_status photon_session_kv_bytes(const photon_session *session, int32_t level,
                                                  uint64_t *encoder_bytes, uint64_t *window_bytes);
 
-/* Creates options holding the session's current settings (mode, context length, kv type and
- * sampler), so a caller can change some of them and apply the result with
+/* Creates options holding the session's current settings (mode, context length, kv type, sampler
+ * and context shift), so a caller can change some of them and apply the result with
  * photon_session_set_sampler. */
 PHOTON_API photon_status photon_session_get_options(const photon_session *session,
                                                     photon_session_options **out);
 
 /* Replaces the session's sampler settings (temperature, top-k/p, min-p, repetition penalty, seed,
- * ignore-EOS, stop strings) with those of options; mode and context length are not changed. Used
- * to override the settings of a restored session. */
+ * ignore-EOS, stop strings) and its context shift with those of options; mode, context length and
+ * kv type are not changed. Used to override the settings of a restored session. */
 PHOTON_API photon_status photon_session_set_sampler(photon_session *session,
                                                     const photon_session_options *options);
 
@@ -576,13 +659,14 @@ PHOTON_API photon_status photon_session_set_sampler(photon_session *session,
 /* ---------------------------------------------------------------------------------------------- */
 
 /* Produces the next token without a callback, for callers that cannot be called back (managed
- * runtimes): on PHOTON_OK, *token holds the next token id, or -1 when generation stopped (EOS, a stop
- * string, cancellation or a full context; photon_session_stop_reason says which). piece receives the
- * token's UTF-8-complete text (see photon_token_callback) as photon_model_detokenize does for
- * capacity and PHOTON_ERR_BUFFER_TOO_SMALL (*piece_len is set either way; on
+ * runtimes): on PHOTON_OK, *token holds the next token id, or -1 when generation stopped (EOS, a
+ * stop string, cancellation or a full context; photon_session_stop_reason says which). piece
+ * receives the token's UTF-8-complete text (see photon_token_callback) as photon_model_detokenize
+ * does for capacity and PHOTON_ERR_BUFFER_TOO_SMALL (*piece_len is set either way; on
  * PHOTON_ERR_BUFFER_TOO_SMALL the token is kept and the next call returns it again); piece may be
- * NULL with capacity 0 to skip the text. logprob may be NULL. Tokens delivered by this call are part
- * of the history, exactly as with photon_session_generate, and the two produce the same tokens. */
+ * NULL with capacity 0 to skip the text. logprob may be NULL. Tokens delivered by this call are
+ * part of the history, exactly as with photon_session_generate, and the two produce the same
+ * tokens. */
 PHOTON_API photon_status photon_session_next_token(photon_session *session, int32_t *token,
                                                    char *piece, size_t piece_capacity,
                                                    size_t *piece_len, float *logprob);
@@ -613,11 +697,11 @@ PHOTON_API photon_status photon_session_prefill_batch(photon_session *const *ses
                                                       const size_t *n_tokens);
 
 /* Advances n_sessions sessions of one model together, each by up to max_tokens tokens, with the
- * GEMMs of all sessions batched into one call per weight matrix. Sessions may differ in prompt length,
- * mode, sampler and stop rules; each stops on its own rules and drops out while the others go on.
- * Each session produces exactly the tokens photon_session_generate would have produced for it.
- * n_generated (may be NULL) receives n_sessions counts. Fails with PHOTON_ERR_INVALID_ARGUMENT if the
- * sessions do not share one model, a session appears twice, or one holds no tokens. */
+ * GEMMs of all sessions batched into one call per weight matrix. Sessions may differ in prompt
+ * length, mode, sampler and stop rules; each stops on its own rules and drops out while the others
+ * go on. Each session produces exactly the tokens photon_session_generate would have produced for
+ * it. n_generated (may be NULL) receives n_sessions counts. Fails with PHOTON_ERR_INVALID_ARGUMENT
+ * if the sessions do not share one model, a session appears twice, or one holds no tokens. */
 PHOTON_API photon_status photon_session_generate_batch(photon_session *const *sessions,
                                                        size_t n_sessions, int32_t max_tokens,
                                                        photon_batch_callback callback,
@@ -628,29 +712,281 @@ PHOTON_API photon_status photon_session_generate_batch(photon_session *const *se
 /* ---------------------------------------------------------------------------------------------- */
 
 /* Serializes the session's complete state (schemas/session.fbs): a fingerprint of the model and
- * tokenizer, mode, token history, sampler settings and random generator state, and the caches needed
- * to continue (RecGen: the top-level cache and the open windows; HierGen: every level's encoder
- * cache and the open windows). A restored session continues exactly as this one would have, in any
- * process. States are portable between devices: caches are saved in f32 whatever the device, so a
- * state saved on a GPU restores on the CPU and the other way round; it then continues with the
- * other device's arithmetic (log-probabilities within a few 1e-2 of what the first device would
- * have given, see photon_load_options_set_device). If capacity is too small (buffer may be NULL),
- * returns PHOTON_ERR_BUFFER_TOO_SMALL with *size set to the bytes needed; otherwise *size receives
- * the bytes written. */
+ * tokenizer, mode, token history, sampler settings and random generator state, and the caches
+ * needed to continue (RecGen: the top-level cache and the open windows; HierGen: every level's
+ * encoder cache and the open windows). A restored session continues exactly as this one would have,
+ * in any process. States are portable between devices: caches are saved in the session's KV type
+ * (f32 unless photon_session_options_set_kv_type chose another) whatever the device, so a state
+ * saved on a GPU restores on the CPU and the other way round; it then continues with the other
+ * device's arithmetic (log-probabilities within the bounds given at
+ * photon_load_options_set_device). If capacity is too small (buffer may be NULL), returns
+ * PHOTON_ERR_BUFFER_TOO_SMALL with *size set to the bytes needed; otherwise *size receives the
+ * bytes written. */
 PHOTON_API photon_status photon_session_save(photon_session *session, void *buffer, size_t capacity,
                                              size_t *size);
 /* As photon_session_save, to a file (written to a temporary name and renamed). */
 PHOTON_API photon_status photon_session_save_file(photon_session *session, const char *path);
 
 /* Creates a new session from a saved state for `model`. Refuses, with nothing created: a state of
- * another model or tokenizer (PHOTON_ERR_WRONG_MODEL), a newer format (PHOTON_ERR_UNSUPPORTED_VERSION),
- * a blob that is not a session state (PHOTON_ERR_BAD_IDENTIFIER), a truncated one
- * (PHOTON_ERR_TRUNCATED) or any other damage (PHOTON_ERR_CORRUPT), each with a message saying what. */
+ * another model or tokenizer (PHOTON_ERR_WRONG_MODEL), a newer format
+ * (PHOTON_ERR_UNSUPPORTED_VERSION), a blob that is not a session state (PHOTON_ERR_BAD_IDENTIFIER),
+ * a truncated one (PHOTON_ERR_TRUNCATED) or any other damage (PHOTON_ERR_CORRUPT), each with a
+ * message saying what. */
 PHOTON_API photon_status photon_session_restore(const photon_model *model, const void *data,
                                                 size_t size, photon_session **out);
 /* As photon_session_restore, from a file. */
 PHOTON_API photon_status photon_session_restore_file(const photon_model *model, const char *path,
                                                      photon_session **out);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Serving many requests: the engine                                                              */
+/* ---------------------------------------------------------------------------------------------- */
+
+/* A photon_engine serves generation requests over one model with continuous batching: between
+ * decode steps it admits waiting requests, prefills their prompts together, and lets finished and
+ * cancelled requests leave, so that every running request advances at every step with one GEMM
+ * per weight matrix for all of them.
+ *
+ * Results. Every request produces exactly the tokens and log-probabilities that a session created
+ * with its options, given its prompt and generating with photon_session_generate(max_tokens)
+ * would produce (greedy or seeded sampling alike), whatever other requests run beside it, however
+ * its prompt was split into chunks, and whether it was paused and resumed.
+ *
+ * A step (photon_engine_step, or one turn of the engine's worker thread):
+ *   1. Requests cancelled since the last step end (PHOTON_STOP_CANCELLED), and their memory is
+ *      freed.
+ *   2. Admission, in order: paused requests first (oldest first), then waiting requests in
+ *      submission order (FIFO), each while fewer than max_running requests run and its memory fits
+ *      the budget; the first that does not fit stops admission (no request overtakes an older one).
+ *   3. Prompts: up to step_tokens prompt tokens of the running requests that still have prompt
+ *      left, oldest request first, consumed together (as photon_session_prefill_batch); a longer
+ *      prompt continues at the next steps, while the requests that finished theirs keep decoding.
+ *   4. Decoding: every running request whose prompt is consumed advances by one decode step of its
+ *      mode (a RecGen request may deliver several tokens, one per open level-1 window), all in one
+ *      batch; tokens are delivered through each request's callback or queued for
+ *      photon_request_next_token, and each request stops on its own rules (those of
+ *      photon_session_generate, with its max_tokens).
+ *
+ * Memory. A request's session holds KV caches sized to the positions it has used, grown in steps
+ * as it generates (never beyond its context length). With a memory budget, the sum over running
+ * requests stays within it: when a running request must grow and the budget is full, the newest
+ * running request is paused (its session saved to host memory as photon_session_save would, and
+ * its caches freed) until room returns; a paused request resumes exactly where it stopped. A
+ * request that alone exceeds the budget fails with PHOTON_ERR_OUT_OF_MEMORY.
+ *
+ * Errors. A request whose step fails (an allocation, its session, a device error) ends with
+ * PHOTON_STOP_ERROR and a status and message (photon_request_status, photon_request_error); the
+ * engine and the other requests go on.
+ *
+ * Threads. An engine runs its steps on one thread at a time: its own worker (photon_engine_start
+ * ... photon_engine_stop), or a thread of the application that calls photon_engine_step in a loop
+ * (for applications with an event loop of their own). Any thread may submit, cancel, query, wait
+ * on, pull from and free requests at any time, and read the engine's statistics. Token callbacks
+ * run on the thread that runs the steps; a callback may call any request function and
+ * photon_engine_submit, but not photon_engine_step, _stop, _free, or photon_request_wait /
+ * photon_request_next_token with a timeout other than 0 on a request of the same engine (they would
+ * wait for the step the callback is part of). The model must outlive the engine. On a GPU the
+ * engine's steps share the device with the model's other users, as sessions do. */
+typedef struct photon_engine photon_engine;
+typedef struct photon_engine_options photon_engine_options;
+typedef struct photon_request photon_request;
+typedef struct photon_request_options photon_request_options;
+
+/* Creates engine options with the defaults: max_running 64, max_waiting 1024, no memory budget,
+ * step_tokens 512. */
+PHOTON_API photon_status photon_engine_options_create(photon_engine_options **out);
+/* Frees engine options; NULL is accepted. */
+PHOTON_API void photon_engine_options_free(photon_engine_options *options);
+/* The most requests that run (prefill or decode) at once, >= 1. */
+PHOTON_API photon_status photon_engine_options_set_max_running(photon_engine_options *options,
+                                                               int32_t max_running);
+/* The most requests that wait for admission, >= 0; photon_engine_submit beyond it fails at once
+ * with PHOTON_ERR_BUSY. Paused requests do not count. */
+PHOTON_API photon_status photon_engine_options_set_max_waiting(photon_engine_options *options,
+                                                               int32_t max_waiting);
+/* The most bytes the running requests' sessions may hold (their caches and states, as
+ * photon_model_memory counts them); 0 (the default) for no limit. */
+PHOTON_API photon_status photon_engine_options_set_memory_budget(photon_engine_options *options,
+                                                                 uint64_t bytes);
+/* The most prompt tokens a step consumes, >= 1 (chunked prefill): smaller keeps the running
+ * streams' time between tokens shorter while a long prompt is read, larger reads it sooner. */
+PHOTON_API photon_status photon_engine_options_set_step_tokens(photon_engine_options *options,
+                                                               int32_t step_tokens);
+
+/* Creates an engine over a model (options may be NULL for the defaults). It runs no thread until
+ * photon_engine_start. */
+PHOTON_API photon_status photon_engine_create(const photon_model *model,
+                                              const photon_engine_options *options,
+                                              photon_engine **out);
+/* Stops the worker if one runs, ends every unfinished request with PHOTON_STOP_CANCELLED and frees
+ * the engine; NULL is accepted. Request handles stay valid (finished) until photon_request_free. */
+PHOTON_API void photon_engine_free(photon_engine *engine);
+
+/* Starts the engine's worker thread, which runs steps while there is work and sleeps otherwise.
+ * Fails with PHOTON_ERR_INVALID_ARGUMENT when it runs already, and with PHOTON_ERR_INTERNAL when
+ * the system refuses a thread. */
+PHOTON_API photon_status photon_engine_start(photon_engine *engine);
+
+typedef enum photon_engine_stop_mode {
+  PHOTON_ENGINE_DRAIN = 0, /* finish every request submitted so far, then stop */
+  PHOTON_ENGINE_CANCEL = 1 /* end every unfinished request with PHOTON_STOP_CANCELLED, then stop */
+} photon_engine_stop_mode;
+
+/* Stops the worker thread started by photon_engine_start and returns when it has ended. With
+ * PHOTON_ENGINE_DRAIN, requests submitted while it drains are served too. The engine can be
+ * started again, or stepped. Fails with PHOTON_ERR_INVALID_ARGUMENT when no worker runs. */
+PHOTON_API photon_status photon_engine_stop(photon_engine *engine, photon_engine_stop_mode mode);
+
+/* Runs one step (above) on the calling thread; *n_unfinished (may be NULL) receives the number of
+ * requests not yet finished (waiting, running or paused). A step with nothing to do returns at
+ * once. Fails with PHOTON_ERR_INVALID_ARGUMENT while the worker runs or another thread is in a
+ * step. A failure inside the step ends only the requests it concerns (see Errors above). */
+PHOTON_API photon_status photon_engine_step(photon_engine *engine, int32_t *n_unfinished);
+
+typedef enum photon_engine_stat {
+  PHOTON_ENGINE_WAITING = 0,           /* requests waiting for admission now */
+  PHOTON_ENGINE_RUNNING = 1,           /* requests running now */
+  PHOTON_ENGINE_PAUSED = 2,            /* requests paused now */
+  PHOTON_ENGINE_SUBMITTED = 3,         /* requests accepted by photon_engine_submit, in all */
+  PHOTON_ENGINE_REFUSED = 4,           /* submissions refused with PHOTON_ERR_BUSY, in all */
+  PHOTON_ENGINE_FINISHED = 5,          /* requests ended (any reason), in all */
+  PHOTON_ENGINE_FAILED = 6,            /* of those, ended by an error */
+  PHOTON_ENGINE_CANCELLED = 7,         /* of those, cancelled */
+  PHOTON_ENGINE_PROMPT_TOKENS = 8,     /* prompt tokens consumed, in all */
+  PHOTON_ENGINE_REUSED_TOKENS = 9,     /* tokens continued from given sessions or states, in all */
+  PHOTON_ENGINE_GENERATED_TOKENS = 10, /* tokens delivered, in all */
+  PHOTON_ENGINE_PAUSES = 11,           /* times a request was paused, in all */
+  PHOTON_ENGINE_STEPS = 12,            /* steps that did work, in all */
+  PHOTON_ENGINE_MEMORY_IN_USE = 13,    /* bytes the requests' sessions hold now (the budget's) */
+  PHOTON_ENGINE_MEMORY_PEAK = 14,      /* the most of those at any time */
+  PHOTON_ENGINE_TOKENS_PER_SECOND = 15 /* tokens delivered per second over the last 10 seconds */
+} photon_engine_stat;
+
+/* The engine's statistic `stat` (counts are exact below 2^53). Safe from any thread. Fails with
+ * PHOTON_ERR_INVALID_ARGUMENT for a NULL engine or value, or an unknown stat. */
+PHOTON_API photon_status photon_engine_get_stat(const photon_engine *engine,
+                                                photon_engine_stat stat, double *value);
+
+/* What a request asks for; options may be freed (or changed and reused) right after submit. */
+PHOTON_API photon_status photon_request_options_create(photon_request_options **out);
+/* Frees request options; NULL is accepted. */
+PHOTON_API void photon_request_options_free(photon_request_options *options);
+/* The session settings of the request (mode, context length, kv type, sampler, stop strings;
+ * copied). Default: photon_session_options_create's. A request that continues a state or a
+ * session keeps its mode, context length and kv type, and takes these sampler settings only if
+ * they were set (as photon_session_set_sampler). */
+PHOTON_API photon_status photon_request_options_set_session_options(
+    photon_request_options *options, const photon_session_options *session_options);
+/* The prompt as token ids (copied), consumed after whatever the request continues. */
+PHOTON_API photon_status photon_request_options_set_prompt(photon_request_options *options,
+                                                           const int32_t *tokens, size_t n_tokens);
+/* The prompt as UTF-8 text (copied), tokenized at submit as photon_model_tokenize does (add_bos
+ * non-zero puts BOS first). Replaces a prompt given as tokens, and the other way round. */
+PHOTON_API photon_status photon_request_options_set_prompt_text(photon_request_options *options,
+                                                                const char *text, size_t text_len,
+                                                                int add_bos);
+/* Continue a saved session state (photon_session_save's bytes, copied; checked at submit as
+ * photon_session_restore checks it). The prompt, if any, follows the state's history. */
+PHOTON_API photon_status photon_request_options_set_state(photon_request_options *options,
+                                                          const void *data, size_t size);
+/* Continue a live session of the engine's model: at a successful submit the request takes it over
+ * (do not use or free it; photon_request_take_session gives it back once the request has
+ * finished, and photon_request_free frees it if it was not taken). The options keep no reference
+ * to it after the submit. NULL removes it. */
+PHOTON_API photon_status photon_request_options_set_session(photon_request_options *options,
+                                                            photon_session *session);
+/* The most tokens to generate, >= 0; -1 (the default) for no limit but the context length. */
+PHOTON_API photon_status photon_request_options_set_max_tokens(photon_request_options *options,
+                                                               int32_t max_tokens);
+/* Delivers the request's tokens through callback (on the engine's stepping thread; non-zero stops
+ * this request alone, PHOTON_STOP_CALLBACK); NULL (the default) queues them for
+ * photon_request_next_token instead. */
+PHOTON_API photon_status photon_request_options_set_callback(photon_request_options *options,
+                                                             photon_token_callback callback,
+                                                             void *user_data);
+
+/* Submits a request; on success *out is its handle (free it with photon_request_free), returned at
+ * once: the request waits for a step to admit it. It needs a prompt, a state or a session, and
+ * must end up holding at least one token. Fails with PHOTON_ERR_BUSY when max_waiting requests
+ * wait already (nothing is taken over), with the errors of photon_session_create,
+ * photon_session_restore (a state) and photon_session_prefill's checks (PHOTON_ERR_BAD_TOKEN,
+ * PHOTON_ERR_CONTEXT_FULL) on the request's own input, and with PHOTON_ERR_INVALID_ARGUMENT for a
+ * session of another model or one in use. Safe from any thread. */
+PHOTON_API photon_status photon_engine_submit(photon_engine *engine,
+                                              const photon_request_options *options,
+                                              photon_request **out);
+
+/* Asks the request to end: it ends at the engine's next step with PHOTON_STOP_CANCELLED (already
+ * delivered tokens stay delivered), and its memory is freed then. A finished request is not
+ * changed. Safe from any thread; NULL is accepted. */
+PHOTON_API void photon_request_cancel(photon_request *request);
+
+/* Frees the handle; NULL is accepted. An unfinished request is cancelled first; its callback is not
+ * called after this returns (called from the request's own callback, it takes effect when the
+ * callback returns). */
+PHOTON_API void photon_request_free(photon_request *request);
+
+typedef enum photon_request_state {
+  PHOTON_REQUEST_WAITING = 0, /* submitted, not admitted yet */
+  PHOTON_REQUEST_RUNNING = 1, /* consuming its prompt or generating */
+  PHOTON_REQUEST_PAUSED = 2,  /* saved to host memory until the memory budget has room */
+  PHOTON_REQUEST_FINISHED = 3 /* ended: photon_request_stop_reason says why */
+} photon_request_state;
+
+/* The request's state now; PHOTON_REQUEST_FINISHED for NULL. Safe from any thread. */
+PHOTON_API photon_request_state photon_request_get_state(const photon_request *request);
+/* Why the request ended (PHOTON_STOP_LENGTH for max_tokens, _EOS, _STRING, _CALLBACK, _CANCELLED,
+ * _CONTEXT_FULL or _ERROR); PHOTON_STOP_NONE while it has not. */
+PHOTON_API photon_stop_reason photon_request_stop_reason(const photon_request *request);
+/* PHOTON_OK, or the status of the error that ended the request (PHOTON_STOP_ERROR). */
+PHOTON_API photon_status photon_request_status(const photon_request *request);
+/* The message of that error ("" if none); owned by the request. */
+PHOTON_API const char *photon_request_error(const photon_request *request);
+
+/* Waits until the request has finished, at most timeout_ms milliseconds (-1: no limit; 0: only
+ * look). Fails with PHOTON_ERR_TIMEOUT when it has not finished by then. */
+PHOTON_API photon_status photon_request_wait(photon_request *request, int32_t timeout_ms);
+
+/* The next queued token of a request without a callback, waiting at most timeout_ms milliseconds
+ * (-1: no limit; 0: only look) for it: on PHOTON_OK *token is its id, or -1 once the request has
+ * finished and every token was taken. piece, piece_capacity, *piece_len and logprob as
+ * photon_session_next_token (on PHOTON_ERR_BUFFER_TOO_SMALL the token stays queued). Fails with
+ * PHOTON_ERR_TIMEOUT when no token came in time, and PHOTON_ERR_INVALID_ARGUMENT for a request with
+ * a callback. One thread at a time per request. */
+PHOTON_API photon_status photon_request_next_token(photon_request *request, int32_t timeout_ms,
+                                                   int32_t *token, char *piece,
+                                                   size_t piece_capacity, size_t *piece_len,
+                                                   float *logprob);
+
+typedef enum photon_request_stat {
+  PHOTON_REQUEST_PROMPT_TOKENS = 0,       /* prompt tokens consumed */
+  PHOTON_REQUEST_REUSED_TOKENS = 1,       /* tokens of the continued state or session */
+  PHOTON_REQUEST_GENERATED_TOKENS = 2,    /* tokens delivered */
+  PHOTON_REQUEST_QUEUE_SECONDS = 3,       /* from submit to admission */
+  PHOTON_REQUEST_FIRST_TOKEN_SECONDS = 4, /* from submit to the first delivered token */
+  PHOTON_REQUEST_DECODE_SECONDS = 5,      /* from the first delivered token to the end (or now) */
+  PHOTON_REQUEST_PAUSED_SECONDS = 6,      /* time spent paused */
+  PHOTON_REQUEST_PAUSES = 7               /* times paused */
+} photon_request_stat;
+
+/* The request's statistic `stat`; times not reached yet are NaN. Safe from any thread. Fails with
+ * PHOTON_ERR_INVALID_ARGUMENT for a NULL request or value, or an unknown stat. */
+PHOTON_API photon_status photon_request_get_stat(const photon_request *request,
+                                                 photon_request_stat stat, double *value);
+
+/* The finished request's session state (photon_session_save's bytes): its history, caches and
+ * sampler, to continue it later (photon_request_options_set_state, photon_session_restore). As
+ * photon_session_save for buffer, capacity, *size and PHOTON_ERR_BUFFER_TOO_SMALL. Fails with
+ * PHOTON_ERR_INVALID_ARGUMENT before the request has finished, or once its session was taken or
+ * ended by an error. */
+PHOTON_API photon_status photon_request_save(photon_request *request, void *buffer, size_t capacity,
+                                             size_t *size);
+
+/* Hands the finished request's session to the caller (*out; free it with photon_session_free):
+ * the session given with photon_request_options_set_session, or the one the request created. It
+ * holds the request's history as a session that ran photon_session_generate would. Fails as
+ * photon_request_save does. */
+PHOTON_API photon_status photon_request_take_session(photon_request *request, photon_session **out);
 
 #ifdef __cplusplus
 }

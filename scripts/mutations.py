@@ -150,6 +150,24 @@ MUTATIONS = [
     Mutation("linear-group-item", "src/backend/cpu/linear.cpp",
              "const long c = item - first[i];", "const long c = item - first[0];",
              "the work items of a group's later products compute the wrong outputs"),
+    Mutation("blocked-columns-into-y", "src/backend/cpu/skinny_gemm_tiles.h",
+             "          if (k0 == 0)\n"
+             "            T::zero(t);\n"
+             "          else\n"
+             "            T::copy(saved[g], t);\n",
+             "          T::zero(t);\n"
+             "          if (k1 < whole) {\n"
+             "            T::steps(t, x, a.in, wg, k0, k1, nullptr, 1);\n"
+             "            T::finish(t, x, a.in, wg, a.in, y + g * WB, a.ldy, a.accumulate || k0 > 0);\n"
+             "            continue;\n"
+             "          }\n"
+             "          if (k0 > 0) {\n"
+             "            T::steps(t, x, a.in, wg, k0, k1, nullptr, 1);\n"
+             "            T::finish(t, x, a.in, wg, whole, y + g * WB, a.ldy, true);\n"
+             "            continue;\n"
+             "          }\n",
+             "the blocked loops (many rows) add each block of columns into y, as a GEMM's k-blocking "
+             "does, instead of carrying the partial sums: a row's bits depend on the rows beside it"),
     # ---- 16-bit KV caches ------------------------------------------------------------------------
     Mutation("kv-type-ignored", "src/engine/session.cpp",
              "new Session(model, mode, context, sampler, kv_type)",
@@ -176,9 +194,9 @@ MUTATIONS = [
     Mutation("rmsnorm-eps-outside-root", "src/backend/cpu/rmsnorm.cpp",
              "1.0 / std::sqrt(sum / d + eps)", "1.0 / (std::sqrt(sum / d) + eps)",
              "RMSNorm adds eps to the root mean square instead of under the root"),
-    Mutation("linear-gemm-ignores-accumulate", "src/backend/cpu/linear.cpp",
-             "const float beta = p.accumulate ? 1.0f : 0.0f;", "const float beta = 0.0f;",
-             "products of many rows (the GEMM path) overwrite y when they should add to it"),
+    Mutation("linear-ignores-accumulate", "src/backend/cpu/linear.cpp",
+             "p.y, p.w.out, p.accumulate});", "p.y, p.w.out, false});",
+             "products overwrite y when they should add to it"),
     Mutation("swiglu-silu-sign", "src/backend/cpu/swiglu.cpp",
              "g / (1.0f + std::exp(-g)) * up[i]", "g / (1.0f + std::exp(g)) * up[i]",
              "SwiGLU computes g / (1 + e^g) instead of silu(g) = g / (1 + e^-g)"),

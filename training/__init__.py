@@ -3,7 +3,8 @@
 corpus    the corpus (KJV from Debian's bible-kjv-text), its splits and the split-aware tokenizer
 model     batched float32 training modules built on photon_ref (spec-exact), init and the loss
 train     the trainer: AdamW, warm-up + cosine decay, checkpoints, resuming, logs
-export    checkpoint -> config.json + weights.npz (spec section 8) -> .photon via `photon convert`
+export    checkpoint -> config.json + model.safetensors (spec section 8) -> .photon via
+          `photon convert --from`; safetensors files without the package (training.safetensors)
 evaluate  quality, agreement, throughput and KV bytes measured through the SDK
 plot      training curves for docs/quality.md
 

@@ -18,7 +18,7 @@ For each model:
   tokens (BOS included) of the test segments: the fraction of identical tokens position by position,
   the share of continuations identical throughout, and the mean length of the common prefix;
 - decode throughput and KV bytes through libphoton (ctypes, next to the CLI in build/lib): prefill
-  of the first prompt, then generation to the full context with EOS ignored, one BLAS thread;
+  of the first prompt, then generation to the full context with EOS ignored;
   tokens/s is the best of `repeats`; KV bytes is photon_session_kv_bytes summed over levels at the
   end;
 - the final recursive loss and token losses from the run's log (training.train).
@@ -28,7 +28,6 @@ import argparse
 import ctypes
 import json
 import math
-import os
 import pathlib
 import subprocess
 import sys
@@ -239,7 +238,6 @@ def main(argv=None):
     parser.add_argument("--out", default="out/train/eval.json", type=pathlib.Path)
     args = parser.parse_args(argv)
 
-    os.environ["OPENBLAS_NUM_THREADS"] = "1"  # before libphoton (and OpenBLAS) is loaded
     photon = pathlib.Path(args.photon)
     lib = None if args.skip_throughput else Library(
         args.lib or photon.resolve().parent.parent / "lib" / "libphoton.so")

@@ -1,11 +1,13 @@
-"""Export: a trained model to config.json + weights.npz (spec section 8), then to .photon.
+"""Export: a trained model to config.json + model.safetensors (spec section 8), then to .photon.
 
     PYTHONPATH=python:. /usr/bin/python3 -m training.export --run out/train/photon-a03 \
         --photon build/bin/photon --tokenizer out/train/corpus/tokenizer.model \
         --dtype f16 [--measured out/train/eval.json:photon-kjv] -o models/photon-kjv.photon
 
-writes RUN/final/config.json and weights.npz from RUN/checkpoint.pt if they are missing, then runs
-`photon convert` on them (the tokenizer is embedded in the model file). --measured EVAL:NAME
+writes RUN/final/config.json and model.safetensors from RUN/checkpoint.pt if the run has no final
+weights, then runs `photon convert --from RUN/final` (the tokenizer is embedded in the model file);
+a run that ended with weights.npz (written before the trainer wrote safetensors) is converted
+with --config / --weights. --measured EVAL:NAME
 records what training.evaluate measured on model NAME as metadata: photon.recgen_ppl_ratio,
 photon.greedy_agreement and photon.default_mode, "recgen" where RecGen's test perplexity is at
 most RECGEN_RATIO_LIMIT times HierGen's, else "hiergen" (AUTO sessions use that mode). The
@@ -16,6 +18,7 @@ once before without --measured.
 import argparse
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -23,18 +26,39 @@ import numpy as np
 import torch
 
 from photon_ref.model import Config
+from training.safetensors import load_file, save_file
 
-RECGEN_RATIO_LIMIT = 1.3  # issue 17: RecGen is the default where it keeps the model's quality
+RECGEN_RATIO_LIMIT = 1.3  # RecGen is the default where it keeps the model's quality
 
 
-def write_interchange(model, model_json, directory):
-    """directory/config.json and directory/weights.npz (float32, spec section 6 names)."""
+def write_interchange(model, model_json, directory, tokenizer=None):
+    """directory/config.json and directory/model.safetensors (float32, spec section 6 names), and
+    a copy of the sentencepiece tokenizer if one is given: what `photon convert --from` reads."""
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(model_json, indent=1) + "\n")
-    weights = {name: t.detach().to(torch.float32).numpy() for name, t in
-               model.state_dict().items()}
-    np.savez(directory / "weights.npz", **weights)
+    weights = {name: t.detach().to(torch.float32) for name, t in model.state_dict().items()}
+    save_file(weights, directory / "model.safetensors", {"producer": "training.export"})
+    if tokenizer is not None:
+        shutil.copyfile(tokenizer, directory / "tokenizer.model")
+
+
+def final_weights(directory):
+    """The weights file of a finished run's final/ directory (model.safetensors, or the
+    weights.npz of runs from before), or None."""
+    for name in ("model.safetensors", "weights.npz"):
+        if (pathlib.Path(directory) / name).exists():
+            return pathlib.Path(directory) / name
+    return None
+
+
+def load_weights(path):
+    """{name: tensor} of a model.safetensors or weights.npz of spec section 6 names."""
+    path = pathlib.Path(path)
+    if path.suffix == ".safetensors":
+        return load_file(path)
+    with np.load(path) as npz:
+        return {k: torch.from_numpy(npz[k]) for k in npz.files}
 
 
 def export_checkpoint(run_dir):
@@ -64,8 +88,10 @@ def measured_metadata(spec):
 def convert(photon, final_dir, tokenizer, output, dtype, meta=()):
     final_dir = pathlib.Path(final_dir)
     pathlib.Path(output).parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([str(photon), "convert", "--config", str(final_dir / "config.json"),
-                    "--weights", str(final_dir / "weights.npz"), "--tokenizer", str(tokenizer),
+    weights = final_weights(final_dir)
+    source = (["--from", str(final_dir)] if weights.suffix == ".safetensors" else
+              ["--config", str(final_dir / "config.json"), "--weights", str(weights)])
+    subprocess.run([str(photon), "convert", *source, "--tokenizer", str(tokenizer),
                     "--dtype", dtype, "-o", str(output), *meta], check=True)
 
 
@@ -82,7 +108,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     meta = measured_metadata(args.measured) if args.measured else []
     final = pathlib.Path(args.run) / "final"
-    if not (final / "weights.npz").exists():
+    if final_weights(final) is None:
         print(f"export: {final} missing, exporting the last checkpoint", file=sys.stderr)
         export_checkpoint(args.run)
     convert(args.photon, final, args.tokenizer, args.output, args.dtype, meta)

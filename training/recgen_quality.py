@@ -3,8 +3,8 @@
     PYTHONPATH=python:. /usr/bin/python3 -m training.recgen_quality out/train/runs/photon-a0 ... \
         [--corpus out/train/corpus] [--prompt-tokens 32] [--continuation 64] [--prompts N]
 
-For each run (final/weights.npz, else checkpoint.pt), over the test segments (BOS + the segment's
-tokens, as `photon score -f` sees them):
+For each run (final/model.safetensors or weights.npz, else checkpoint.pt), over the test segments
+(BOS + the segment's tokens, as `photon score -f` sees them):
 - hiergen_ppl: teacher-forced perplexity of every token (HierGen scores as teacher forcing);
 - recgen_ppl: perplexity of the tokens after the first `prompt_tokens` (BOS included) under RecGen
   with those as the prompt (training.model.TrainPhoton.recgen_batch, which equals
@@ -31,6 +31,7 @@ from torch.nn import functional as F
 
 from photon_ref.model import Config
 from training.corpus import BOS
+from training.export import final_weights, load_weights
 from training.model import build_train_model, hiergen_greedy
 
 PAD = 0  # pads segments to one length; causal models never let a later position change an earlier
@@ -40,10 +41,9 @@ def load_run(run_dir):
     run_dir = pathlib.Path(run_dir)
     model_json = json.loads((run_dir / "run.json").read_text())["model"]
     model = build_train_model(Config.from_json(model_json))
-    weights = run_dir / "final" / "weights.npz"
-    if weights.exists():
-        with np.load(weights) as npz:
-            state = {k: torch.from_numpy(npz[k]) for k in npz.files}
+    weights = final_weights(run_dir / "final")
+    if weights is not None:
+        state = load_weights(weights)
     else:
         state = torch.load(run_dir / "checkpoint.pt")["model"]
     model.load_state_dict(state)

@@ -4,7 +4,7 @@
         [--recgen] [--vanilla-perplexity P] [--update docs/quality.md]
 
 prints the table (--recgen: the RecGen quality table of the PHOTON L >= 2 models, against the
-targets of issue 17); --update also writes it between the table's marker lines in the file.
+targets of docs/quality.md, "RecGen quality"); --update also writes it between the table's marker lines in the file.
 """
 
 import argparse

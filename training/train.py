@@ -6,9 +6,10 @@
 
 A run directory holds checkpoint.pt (rewritten atomically every `checkpoint_every` steps and at the
 end), log.jsonl (one record per step: token loss, recursive loss per level, learning rate; and one
-per validation pass) and, when the token budget is spent, final/config.json + final/weights.npz
-(spec section 8). Running the same command again resumes from checkpoint.pt; a finished run is left
-as it is. Batches depend only on (seed, step), so a resumed run trains as an uninterrupted one.
+per validation pass) and, when the token budget is spent, final/: config.json, model.safetensors
+(spec sections 6 and 8) and the corpus's tokenizer.model, which `photon convert --from` reads.
+Running the same command again resumes from checkpoint.pt; a finished run is left as it is.
+Batches depend only on (seed, step), so a resumed run trains as an uninterrupted one.
 """
 
 import argparse
@@ -25,7 +26,7 @@ import torch
 
 from photon_ref.model import Config, Vanilla
 from training.corpus import BOS
-from training.export import write_interchange
+from training.export import final_weights, load_weights, write_interchange
 from training.model import (build_train_model, greedy_path_losses, init_weights, losses,
                             recgen_token_loss)
 
@@ -49,7 +50,8 @@ TRAIN_DEFAULTS = {
     "greedy_latent_weight": 0.0,
     "distill_prompt": [16, 64],
     "distill_tokens": 64,
-    # Start from these weights (a weights.npz of spec section 6 names) instead of the seeded init.
+    # Start from these weights (a model.safetensors or weights.npz of spec section 6 names)
+    # instead of the seeded init.
     "init_from": None,
     "seq_len": 256,  # tokens per training sequence, BOS included
     "batch_size": 16,
@@ -204,7 +206,7 @@ def run(args):
     name, model_json, train = load_run_config(args.config, args.overrides)
     out = pathlib.Path(args.out)
     final = out / "final"
-    if (final / "weights.npz").exists() and not args.restart:
+    if final_weights(final) is not None and not args.restart:
         print(f"{name}: finished already ({final}); --restart to train again")
         return
     out.mkdir(parents=True, exist_ok=True)
@@ -222,8 +224,7 @@ def run(args):
     model = build_train_model(config)
     init_weights(model, train["seed"])
     if train["init_from"]:
-        with np.load(train["init_from"]) as npz:
-            model.load_state_dict({k: torch.from_numpy(npz[k]) for k in npz.files}, strict=True)
+        model.load_state_dict(load_weights(train["init_from"]), strict=True)
     optimizer = optimizer_for(model, train)
     tokens_per_step = train["batch_size"] * train["seq_len"]
     total_steps = max(1, train["tokens"] // tokens_per_step)
@@ -303,9 +304,10 @@ def run(args):
                               f"{rate:.0f} tok/s eta {format_duration(eta)}")
     progress.close()
     log.close()
-    write_interchange(model, model_json, final)
+    tokenizer = corpus / "tokenizer.model"
+    write_interchange(model, model_json, final, tokenizer if tokenizer.exists() else None)
     print(f"{name}: {total_steps} steps, {total_steps * tokens_per_step} tokens in "
-          f"{format_duration(elapsed)}; wrote {final}/config.json and weights.npz")
+          f"{format_duration(elapsed)}; wrote {final}/config.json and model.safetensors")
 
 
 def parse_override(text):

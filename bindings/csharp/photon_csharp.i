@@ -58,23 +58,23 @@ static void photon_csharp_vector_free(void *vector) {
   extern "C" SWIGEXPORT void SWIGSTDCALL photon_csharp_##NAME##_free(void *vector) {             \
     photon_csharp_vector_free<VECTOR>(vector);                                                   \
   }
-PHOTON_CSHARP_VECTOR_EXPORTS(bytes, photon::Bytes)
-PHOTON_CSHARP_VECTOR_EXPORTS(ids, photon::TokenIds)
-PHOTON_CSHARP_VECTOR_EXPORTS(floats, photon::Logprobs)
+PHOTON_CSHARP_VECTOR_EXPORTS(bytes, photon_binding::Bytes)
+PHOTON_CSHARP_VECTOR_EXPORTS(ids, photon_binding::TokenIds)
+PHOTON_CSHARP_VECTOR_EXPORTS(floats, photon_binding::Logprobs)
 
 /* The token arrays of a batch's sessions (prefill_batch): created with one empty list per session,
  * each then filled from its array. */
 extern "C" SWIGEXPORT void *SWIGSTDCALL photon_csharp_id_lists_new(int count) {
-  return new std::vector<photon::TokenIds>(static_cast<size_t>(count > 0 ? count : 0));
+  return new std::vector<photon_binding::TokenIds>(static_cast<size_t>(count > 0 ? count : 0));
 }
 extern "C" SWIGEXPORT void SWIGSTDCALL photon_csharp_id_lists_set(void *lists, int index,
                                                                   const std::int32_t *data,
                                                                   int size) {
-  (*static_cast<std::vector<photon::TokenIds> *>(lists))[static_cast<size_t>(index)].assign(
+  (*static_cast<std::vector<photon_binding::TokenIds> *>(lists))[static_cast<size_t>(index)].assign(
       data, data + (size > 0 ? size : 0));
 }
 extern "C" SWIGEXPORT void SWIGSTDCALL photon_csharp_id_lists_free(void *lists) {
-  delete static_cast<std::vector<photon::TokenIds> *>(lists);
+  delete static_cast<std::vector<photon_binding::TokenIds> *>(lists);
 }
 %}
 
@@ -156,7 +156,7 @@ using System.Runtime.InteropServices;
 %exception {
   try {
     $action
-  } catch (const photon::PhotonError &e) {
+  } catch (const photon_binding::PhotonError &e) {
     photon_csharp_set_error(e.status(), e.status_name().c_str(), e.what());
     return $null;
   } catch (const std::exception &e) {
@@ -174,7 +174,7 @@ using System.Runtime.InteropServices;
 %}
 %enddef
 
-/* photon::Bytes <-> byte[], photon::TokenIds <-> int[], photon::Logprobs -> float[]. */
+/* photon_binding::Bytes <-> byte[], TokenIds <-> int[], Logprobs -> float[]. */
 %define PHOTON_CSHARP_ARRAY(CTYPE, CSTYPE, NAME)
 %typemap(ctype) CTYPE, const CTYPE & "void *"
 %typemap(imtype) CTYPE, const CTYPE & "global::System.IntPtr"
@@ -192,32 +192,32 @@ using System.Runtime.InteropServices;
     }
   }
 %enddef
-PHOTON_CSHARP_ARRAY(photon::Bytes, byte, bytes)
-PHOTON_CSHARP_ARRAY(photon::TokenIds, int, ids)
-PHOTON_CSHARP_ARRAY(photon::Logprobs, float, floats)
+PHOTON_CSHARP_ARRAY(photon_binding::Bytes, byte, bytes)
+PHOTON_CSHARP_ARRAY(photon_binding::TokenIds, int, ids)
+PHOTON_CSHARP_ARRAY(photon_binding::Logprobs, float, floats)
 %typemap(csin,
     pre="    var native$csinput = $imclassname.NewBytes($csinput, nameof($csinput));",
     post="      $imclassname.photon_csharp_bytes_free(native$csinput);")
-    const photon::Bytes & "native$csinput"
+    const photon_binding::Bytes & "native$csinput"
 %typemap(csin,
     pre="    var native$csinput = $imclassname.NewIds($csinput, nameof($csinput));",
     post="      $imclassname.photon_csharp_ids_free(native$csinput);")
-    const photon::TokenIds & "native$csinput"
+    const photon_binding::TokenIds & "native$csinput"
 
-/* std::vector<photon::TokenIds> <- IList<int[]> (prefill_batch: one token array per session; only
- * Session takes one, and it imports System.Collections.Generic). */
-%typemap(ctype) const std::vector<photon::TokenIds> & "void *"
-%typemap(imtype) const std::vector<photon::TokenIds> & "global::System.IntPtr"
-%typemap(cstype) const std::vector<photon::TokenIds> & "IList<int[]>"
-%typemap(in) const std::vector<photon::TokenIds> & %{ $1 = static_cast<$1_ltype>($input); %}
+/* std::vector<TokenIds> <- IList<int[]> (prefill_batch: one token array per session; only Session
+ * takes one, and it imports System.Collections.Generic). */
+%typemap(ctype) const std::vector<photon_binding::TokenIds> & "void *"
+%typemap(imtype) const std::vector<photon_binding::TokenIds> & "global::System.IntPtr"
+%typemap(cstype) const std::vector<photon_binding::TokenIds> & "IList<int[]>"
+%typemap(in) const std::vector<photon_binding::TokenIds> & %{ $1 = static_cast<$1_ltype>($input); %}
 %typemap(csin,
     pre="    var native$csinput = $imclassname.NewIdLists($csinput, nameof($csinput));",
     post="      $imclassname.photon_csharp_id_lists_free(native$csinput);")
-    const std::vector<photon::TokenIds> & "native$csinput"
+    const std::vector<photon_binding::TokenIds> & "native$csinput"
 
 /* SessionOptions setters chain on the object itself: a new proxy for the returned reference would
  * not keep the options alive. */
-%typemap(csout, excode=SWIGEXCODE) photon::SessionOptions & {
+%typemap(csout, excode=SWIGEXCODE) photon_binding::SessionOptions & {
     $imcall;$excode
     return this;
   }
@@ -226,40 +226,40 @@ PHOTON_CSHARP_ARRAY(photon::Logprobs, float, floats)
 %define PHOTON_FUNCTION_NAMES
 %rename("%(camelcase)s", %$isfunction, %$not %$isconstructor, %$not %$isdestructor) "";
 %enddef
-%rename(Auto) photon::Mode::AUTO;
-%rename(HierGen) photon::Mode::HIERGEN;
-%rename(RecGen) photon::Mode::RECGEN;
-%rename(None) photon::StopReason::NONE;
-%rename(Length) photon::StopReason::LENGTH;
-%rename(Eos) photon::StopReason::EOS;
-%rename(StopString) photon::StopReason::STOP_STRING;
-%rename(Callback) photon::StopReason::CALLBACK;
-%rename(Cancelled) photon::StopReason::CANCELLED;
-%rename(ContextFull) photon::StopReason::CONTEXT_FULL;
-%ignore photon::Model::close;
-%ignore photon::Model::is_closed;
-%ignore photon::Session::close;
-%ignore photon::Session::is_closed;
+%rename(Auto) photon_binding::Mode::AUTO;
+%rename(HierGen) photon_binding::Mode::HIERGEN;
+%rename(RecGen) photon_binding::Mode::RECGEN;
+%rename(None) photon_binding::StopReason::NONE;
+%rename(Length) photon_binding::StopReason::LENGTH;
+%rename(Eos) photon_binding::StopReason::EOS;
+%rename(StopString) photon_binding::StopReason::STOP_STRING;
+%rename(Callback) photon_binding::StopReason::CALLBACK;
+%rename(Cancelled) photon_binding::StopReason::CANCELLED;
+%rename(ContextFull) photon_binding::StopReason::CONTEXT_FULL;
+%ignore photon_binding::Model::close;
+%ignore photon_binding::Model::is_closed;
+%ignore photon_binding::Session::close;
+%ignore photon_binding::Session::is_closed;
 
 %define PHOTON_CSHARP_GETTER(CLASS, GETTER, NAME)
 %rename(Get ## NAME) CLASS::GETTER;
 %csmethodmodifiers CLASS::GETTER "internal";
 %enddef
-PHOTON_CSHARP_GETTER(photon::Model, device, Device)
-PHOTON_CSHARP_GETTER(photon::Model, arch, Arch)
-PHOTON_CSHARP_GETTER(photon::Model, levels, Levels)
-PHOTON_CSHARP_GETTER(photon::Model, parameter_count, ParameterCount)
-PHOTON_CSHARP_GETTER(photon::Model, vocab_size, VocabSize)
-PHOTON_CSHARP_GETTER(photon::Model, context_length, ContextLength)
-PHOTON_CSHARP_GETTER(photon::Model, bos, Bos)
-PHOTON_CSHARP_GETTER(photon::Model, eos, Eos)
-PHOTON_CSHARP_GETTER(photon::Model, config_json, ConfigJson)
-PHOTON_CSHARP_GETTER(photon::Session, mode, Mode)
-PHOTON_CSHARP_GETTER(photon::Session, kv_type, KvType)
-PHOTON_CSHARP_GETTER(photon::Session, stop_reason, StopReason)
-PHOTON_CSHARP_GETTER(photon::Session, position, Position)
+PHOTON_CSHARP_GETTER(photon_binding::Model, device, Device)
+PHOTON_CSHARP_GETTER(photon_binding::Model, arch, Arch)
+PHOTON_CSHARP_GETTER(photon_binding::Model, levels, Levels)
+PHOTON_CSHARP_GETTER(photon_binding::Model, parameter_count, ParameterCount)
+PHOTON_CSHARP_GETTER(photon_binding::Model, vocab_size, VocabSize)
+PHOTON_CSHARP_GETTER(photon_binding::Model, context_length, ContextLength)
+PHOTON_CSHARP_GETTER(photon_binding::Model, bos, Bos)
+PHOTON_CSHARP_GETTER(photon_binding::Model, eos, Eos)
+PHOTON_CSHARP_GETTER(photon_binding::Model, config_json, ConfigJson)
+PHOTON_CSHARP_GETTER(photon_binding::Session, mode, Mode)
+PHOTON_CSHARP_GETTER(photon_binding::Session, kv_type, KvType)
+PHOTON_CSHARP_GETTER(photon_binding::Session, stop_reason, StopReason)
+PHOTON_CSHARP_GETTER(photon_binding::Session, position, Position)
 
-%typemap(cscode) photon::Model %{
+%typemap(cscode) photon_binding::Model %{
   // "cpu" or "cuda:N": where the model runs.
   public string Device => GetDevice();
   public string Arch => GetArch();
@@ -274,22 +274,22 @@ PHOTON_CSHARP_GETTER(photon::Session, position, Position)
 
 /* The callback and pull primitives are reached through Session's C# API: Generate with a
  * Func<Token, bool> and the Tokens enumerable. */
-%typemap(csclassmodifiers) photon::TokenListener "internal class"
-%typemap(csclassmodifiers) photon::BatchListener "internal class"
-%typemap(csclassmodifiers) std::vector<photon::Session *> "internal class"
-%csmethodmodifiers photon::Session::generate(int, TokenListener &) "internal";
-%csmethodmodifiers photon::Session::generate_batch "internal";
-%csmethodmodifiers photon::Session::prefill_batch "internal";
-%csmethodmodifiers photon::Session::next_token "internal";
-%csmethodmodifiers photon::Session::last_piece "internal";
-%csmethodmodifiers photon::Session::last_logprob "internal";
+%typemap(csclassmodifiers) photon_binding::TokenListener "internal class"
+%typemap(csclassmodifiers) photon_binding::BatchListener "internal class"
+%typemap(csclassmodifiers) std::vector<photon_binding::Session *> "internal class"
+%csmethodmodifiers photon_binding::Session::generate(int, TokenListener &) "internal";
+%csmethodmodifiers photon_binding::Session::generate_batch "internal";
+%csmethodmodifiers photon_binding::Session::prefill_batch "internal";
+%csmethodmodifiers photon_binding::Session::next_token "internal";
+%csmethodmodifiers photon_binding::Session::last_piece "internal";
+%csmethodmodifiers photon_binding::Session::last_logprob "internal";
 
-%typemap(csimports) photon::Session %{
+%typemap(csimports) photon_binding::Session %{
 using System;
 using System.Collections.Generic;
 using System.Runtime.ExceptionServices;
 %}
-%typemap(cscode) photon::Session %{
+%typemap(cscode) photon_binding::Session %{
   public Mode Mode => GetMode();
   // "f32", "bf16" or "f16": the storage of the KV caches (SessionOptions.SetKvType; a restored
   // session keeps its saved type).

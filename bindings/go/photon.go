@@ -115,19 +115,40 @@ type Model struct {
 }
 
 // Load loads and verifies a .photon model file, to run on the CPU with every core.
-func Load(path string) (*Model, error) { return load(path, "cpu", 0) }
+func Load(path string) (*Model, error) { return load(path, "cpu", 0, false) }
 
 // LoadOn loads and verifies a .photon model file, to run on a device: "cpu", "cuda", "cuda:N" or
 // "auto" (a GPU when one is usable, else the CPU).
-func LoadOn(path, device string) (*Model, error) { return load(path, device, 0) }
+func LoadOn(path, device string) (*Model, error) { return load(path, device, 0, false) }
 
 // LoadWithThreads loads a model that computes on the CPU with at most threads threads per call
 // (0: every core). Goroutines that each drive their own sessions can give 1 to use one core each.
-func LoadWithThreads(path string, threads int) (*Model, error) { return load(path, "cpu", threads) }
+func LoadWithThreads(path string, threads int) (*Model, error) {
+	return load(path, "cpu", threads, false)
+}
 
-func load(path, device string, threads int) (*Model, error) {
+// LoadOptions are the settings of LoadWith; the zero value holds the defaults.
+type LoadOptions struct {
+	Device  string // "cpu" (or ""), "cuda", "cuda:N" or "auto"
+	Threads int    // the most CPU threads one call computes with; 0: every core
+	Verify  bool   // also read every weight, refusing NaN, infinities and changed data
+}
+
+// LoadWith loads and verifies a .photon model file with options.
+func LoadWith(path string, options LoadOptions) (*Model, error) {
+	device := options.Device
+	if device == "" {
+		device = "cpu"
+	}
+	return load(path, device, options.Threads, options.Verify)
+}
+
+func load(path, device string, threads int, verify bool) (*Model, error) {
+	if err := int32Arg("threads", threads); err != nil {
+		return nil, err
+	}
 	var loaded native.Model
-	if err := call(func() { loaded = native.NewModel(path, device, threads) }); err != nil {
+	if err := call(func() { loaded = native.NewModel(path, device, threads, verify) }); err != nil {
 		return nil, err
 	}
 	m := &Model{native: loaded}
@@ -208,7 +229,8 @@ func (m *Model) Detokenize(ids []int32) (string, error) {
 }
 
 // Score returns teacher-forced log-probabilities: element i is log p(ids[i] | ids[:i]); element 0
-// is NaN (the first token, normally BOS, is not predicted).
+// is NaN (the first token, normally BOS, is not predicted). A sequence longer than the context is
+// scored in sliding windows half a context apart.
 func (m *Model) Score(ids []int32) ([]float32, error) {
 	if m.native == nil {
 		return nil, ErrClosed
@@ -219,6 +241,36 @@ func (m *Model) Score(ids []int32) ([]float32, error) {
 		return nil, err
 	}
 	return logprobs, nil
+}
+
+// ScoreWithStride is Score with the sliding windows of a sequence longer than the context stride
+// tokens apart (1 <= stride < the context; 0: half the context).
+func (m *Model) ScoreWithStride(ids []int32, stride int) ([]float32, error) {
+	if m.native == nil {
+		return nil, ErrClosed
+	}
+	if err := int32Arg("stride", stride); err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(m)
+	var logprobs []float32
+	if err := call(func() { logprobs = m.native.ScoreWithStride(ids, stride) }); err != nil {
+		return nil, err
+	}
+	return logprobs, nil
+}
+
+// TokenizerModel is the model's embedded tokenizer: a sentencepiece .model file's bytes.
+func (m *Model) TokenizerModel() ([]byte, error) {
+	if m.native == nil {
+		return nil, ErrClosed
+	}
+	defer runtime.KeepAlive(m)
+	var bytes []byte
+	if err := call(func() { bytes = m.native.TokenizerModel() }); err != nil {
+		return nil, err
+	}
+	return bytes, nil
 }
 
 // NewSession opens a generation session; options may be nil for the defaults.

@@ -23,6 +23,7 @@ type SessionOptions struct {
 	RepetitionLastN   int     // tokens the penalty looks back over; 0: 64
 	IgnoreEOS         bool    // do not stop at the end-of-sequence token
 	StopStrings       []string
+	ContextShift      bool // past a full context, keep its last half and go on
 }
 
 // build makes the native options; o may be nil.
@@ -46,7 +47,7 @@ func (o *SessionOptions) build() (settings native.SessionOptions, err error) {
 			return
 		}
 		steps := []func(){
-			func() { settings.SetMode(native.PhotonMode(o.Mode)) },
+			func() { settings.SetMode(native.Photon_bindingMode(o.Mode)) },
 			func() { settings.SetContextLength(o.ContextLength) },
 			func() {
 				if o.KVType != "" {
@@ -72,6 +73,7 @@ func (o *SessionOptions) build() (settings native.SessionOptions, err error) {
 				}
 			},
 			func() { settings.SetIgnoreEos(o.IgnoreEOS) },
+			func() { settings.SetContextShift(o.ContextShift) },
 		}
 		for _, stop := range o.StopStrings {
 			stop := stop

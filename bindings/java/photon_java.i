@@ -86,7 +86,7 @@ static bool photon_java_utf8(JNIEnv *jenv, jstring text, std::string &out) {
 }
 
 /* Raises com.photon.PhotonException(status, statusName, message). */
-static void photon_java_throw(JNIEnv *jenv, const photon::PhotonError &error) {
+static void photon_java_throw(JNIEnv *jenv, const photon_binding::PhotonError &error) {
   jclass cls = jenv->FindClass("com/photon/PhotonException");
   if (!cls) return;  /* NoClassDefFoundError is pending */
   jmethodID init = jenv->GetMethodID(cls, "<init>", "(ILjava/lang/String;Ljava/lang/String;)V");
@@ -105,7 +105,7 @@ static void photon_java_throw(JNIEnv *jenv, const photon::PhotonError &error) {
 %exception {
   try {
     $action
-  } catch (const photon::PhotonError &e) {
+  } catch (const photon_binding::PhotonError &e) {
     photon_java_throw(jenv, e);
     return $null;
   } catch (Swig::DirectorException &e) {
@@ -167,7 +167,7 @@ static void photon_java_throw(JNIEnv *jenv, const photon::PhotonError &error) {
 /* 64-bit unsigned values (seed, parameter count) as long: Java has no unsigned types. */
 %apply long long { std::uint64_t };
 
-/* photon::Bytes <-> byte[], photon::TokenIds <-> int[], photon::Logprobs -> float[]. */
+/* photon_binding::Bytes <-> byte[], TokenIds <-> int[], Logprobs -> float[]. */
 %define PHOTON_JAVA_ARRAY(CTYPE, JNITYPE, JTYPE, ELEMENT, NEW, GET, SET)
 %typemap(jni) CTYPE, const CTYPE & "JNITYPE"
 %typemap(jtype) CTYPE, const CTYPE & "JTYPE"
@@ -194,19 +194,20 @@ static void photon_java_throw(JNIEnv *jenv, const photon::PhotonError &error) {
   }
 %}
 %enddef
-PHOTON_JAVA_ARRAY(photon::Bytes, jbyteArray, byte[], jbyte, NewByteArray, GetByteArrayRegion,
-                  SetByteArrayRegion)
-PHOTON_JAVA_ARRAY(photon::TokenIds, jintArray, int[], jint, NewIntArray, GetIntArrayRegion,
+PHOTON_JAVA_ARRAY(photon_binding::Bytes, jbyteArray, byte[], jbyte, NewByteArray,
+                  GetByteArrayRegion, SetByteArrayRegion)
+PHOTON_JAVA_ARRAY(photon_binding::TokenIds, jintArray, int[], jint, NewIntArray, GetIntArrayRegion,
                   SetIntArrayRegion)
-PHOTON_JAVA_ARRAY(photon::Logprobs, jfloatArray, float[], jfloat, NewFloatArray,
+PHOTON_JAVA_ARRAY(photon_binding::Logprobs, jfloatArray, float[], jfloat, NewFloatArray,
                   GetFloatArrayRegion, SetFloatArrayRegion)
 
-/* std::vector<photon::TokenIds> <- int[][] (prefill_batch: one token array per session). */
-%typemap(jni) const std::vector<photon::TokenIds> & "jobjectArray"
-%typemap(jtype) const std::vector<photon::TokenIds> & "int[][]"
-%typemap(jstype) const std::vector<photon::TokenIds> & "int[][]"
-%typemap(javain) const std::vector<photon::TokenIds> & "$javainput"
-%typemap(in) const std::vector<photon::TokenIds> & (std::vector<photon::TokenIds> lists) %{
+/* std::vector<photon_binding::TokenIds> <- int[][] (prefill_batch: one token array per session). */
+%typemap(jni) const std::vector<photon_binding::TokenIds> & "jobjectArray"
+%typemap(jtype) const std::vector<photon_binding::TokenIds> & "int[][]"
+%typemap(jstype) const std::vector<photon_binding::TokenIds> & "int[][]"
+%typemap(javain) const std::vector<photon_binding::TokenIds> & "$javainput"
+%typemap(in) const std::vector<photon_binding::TokenIds> &
+    (std::vector<photon_binding::TokenIds> lists) %{
   if (!$input) {
     SWIG_JavaThrowException(jenv, SWIG_JavaNullPointerException, "null array");
     return $null;
@@ -229,7 +230,7 @@ PHOTON_JAVA_ARRAY(photon::Logprobs, jfloatArray, float[], jfloat, NewFloatArray,
 
 /* SessionOptions setters chain on the object itself: a new proxy for the returned reference would
  * not keep the options alive. */
-%typemap(javaout) photon::SessionOptions & {
+%typemap(javaout) photon_binding::SessionOptions & {
     $jnicall;
     return this;
   }
@@ -238,31 +239,31 @@ PHOTON_JAVA_ARRAY(photon::Logprobs, jfloatArray, float[], jfloat, NewFloatArray,
 %define PHOTON_FUNCTION_NAMES
 %rename("%(lowercamelcase)s", %$isfunction, %$not %$isconstructor, %$not %$isdestructor) "";
 %enddef
-%ignore photon::Model::close;
-%ignore photon::Model::is_closed;
-%ignore photon::Session::close;
-%ignore photon::Session::is_closed;
+%ignore photon_binding::Model::close;
+%ignore photon_binding::Model::is_closed;
+%ignore photon_binding::Session::close;
+%ignore photon_binding::Session::is_closed;
 
 /* The callback and pull primitives are reached through Session's Java API (generate with a
  * TokenCallback, tokens(), stream()). */
-%typemap(javaclassmodifiers) photon::TokenListener "abstract class"
-%typemap(javaclassmodifiers) photon::BatchListener "abstract class"
-%typemap(javaclassmodifiers) std::vector<photon::Session *> "final class"
-%javamethodmodifiers photon::Session::generate(int, TokenListener &) "";
-%javamethodmodifiers photon::Session::generate_batch "";
-%javamethodmodifiers photon::Session::prefill_batch "";
-%javamethodmodifiers photon::Session::next_token "";
-%javamethodmodifiers photon::Session::last_piece "";
-%javamethodmodifiers photon::Session::last_logprob "";
+%typemap(javaclassmodifiers) photon_binding::TokenListener "abstract class"
+%typemap(javaclassmodifiers) photon_binding::BatchListener "abstract class"
+%typemap(javaclassmodifiers) std::vector<photon_binding::Session *> "final class"
+%javamethodmodifiers photon_binding::Session::generate(int, TokenListener &) "";
+%javamethodmodifiers photon_binding::Session::generate_batch "";
+%javamethodmodifiers photon_binding::Session::prefill_batch "";
+%javamethodmodifiers photon_binding::Session::next_token "";
+%javamethodmodifiers photon_binding::Session::last_piece "";
+%javamethodmodifiers photon_binding::Session::last_logprob "";
 
-%typemap(javaimports) photon::Session %{
+%typemap(javaimports) photon_binding::Session %{
 import java.util.Iterator;
 import java.util.List;
 import java.util.NoSuchElementException;
 import java.util.stream.Stream;
 import java.util.stream.StreamSupport;
 %}
-%typemap(javacode) photon::Session %{
+%typemap(javacode) photon_binding::Session %{
   /**
    * Generates up to maxTokens tokens, passing each to callback; returns how many were delivered.
    * The callback returns false to stop; an exception it throws stops generation and is rethrown

@@ -13,7 +13,7 @@
 /* photon.PhotonError, created when the extension is imported. */
 static PyObject *photon_python_error = nullptr;
 
-static void photon_python_raise(const photon::PhotonError &error) {
+static void photon_python_raise(const photon_binding::PhotonError &error) {
   const std::string message = error.what();
   PyObject *text = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()),
                                         "replace");
@@ -123,7 +123,8 @@ static bool photon_python_path(PyObject *object, std::string *out) {
 }
 
 /* Token ids: any sequence of int, each a 32-bit id (the library checks the vocabulary). */
-static bool photon_python_token_ids(PyObject *object, const char *name, photon::TokenIds *out) {
+static bool photon_python_token_ids(PyObject *object, const char *name,
+                                    photon_binding::TokenIds *out) {
   if (PyUnicode_Check(object) || PyBytes_Check(object) || !PySequence_Check(object)) {
     PyErr_Format(PyExc_TypeError, "photon: %s must be a sequence of int token ids, not %.100s",
                  name, Py_TYPE(object)->tp_name);
@@ -146,7 +147,7 @@ static bool photon_python_token_ids(PyObject *object, const char *name, photon::
 
 /* One sequence of token ids per session of a batch: any sequence of them. */
 static bool photon_python_token_lists(PyObject *object, const char *name,
-                                      std::vector<photon::TokenIds> *out) {
+                                      std::vector<photon_binding::TokenIds> *out) {
   if (PyUnicode_Check(object) || PyBytes_Check(object) || !PySequence_Check(object)) {
     PyErr_Format(PyExc_TypeError,
                  "photon: %s must be a sequence of token id sequences, not %.100s", name,
@@ -184,7 +185,7 @@ static bool photon_python_token_lists(PyObject *object, const char *name,
 %exception {
   try {
     $action
-  } catch (const photon::PhotonError &e) {
+  } catch (const photon_binding::PhotonError &e) {
     photon_python_raise(e);
     SWIG_fail;
   } catch (Swig::DirectorException &) {
@@ -202,21 +203,22 @@ static bool photon_python_token_lists(PyObject *object, const char *name,
 %define PHOTON_PYTHON_RELEASES_LOCK(FUNCTION)
 %feature("nothreadallow", "0") FUNCTION;
 %enddef
-PHOTON_PYTHON_RELEASES_LOCK(photon::Model::Model)
-PHOTON_PYTHON_RELEASES_LOCK(photon::Model::tokenize)
-PHOTON_PYTHON_RELEASES_LOCK(photon::Model::detokenize)
-PHOTON_PYTHON_RELEASES_LOCK(photon::Model::score)
-PHOTON_PYTHON_RELEASES_LOCK(photon::Session::restore)
-PHOTON_PYTHON_RELEASES_LOCK(photon::Session::restore_file)
-PHOTON_PYTHON_RELEASES_LOCK(photon::Session::close)
-PHOTON_PYTHON_RELEASES_LOCK(photon::Session::history)
-PHOTON_PYTHON_RELEASES_LOCK(photon::Session::prefill)
-PHOTON_PYTHON_RELEASES_LOCK(photon::Session::generate)
-PHOTON_PYTHON_RELEASES_LOCK(photon::Session::generate_batch)
-PHOTON_PYTHON_RELEASES_LOCK(photon::Session::prefill_batch)
-PHOTON_PYTHON_RELEASES_LOCK(photon::Session::next_token)
-PHOTON_PYTHON_RELEASES_LOCK(photon::Session::save)
-PHOTON_PYTHON_RELEASES_LOCK(photon::Session::save_file)
+PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Model::Model)
+PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Model::tokenize)
+PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Model::detokenize)
+PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Model::score)
+PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Model::score_with_stride)
+PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Session::restore)
+PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Session::restore_file)
+PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Session::close)
+PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Session::history)
+PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Session::prefill)
+PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Session::generate)
+PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Session::generate_batch)
+PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Session::prefill_batch)
+PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Session::next_token)
+PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Session::save)
+PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Session::save_file)
 
 /* Python keeps photon's snake_case names. */
 %define PHOTON_FUNCTION_NAMES
@@ -271,10 +273,10 @@ PHOTON_PYTHON_RELEASES_LOCK(photon::Session::save_file)
 %}
 %typemap(freearg) const std::string & ""
 
-/* photon::Bytes <-> bytes (any bytes-like object in), photon::TokenIds <-> list of int (any
- * sequence of int in), photon::Logprobs -> list of float, std::vector<photon::TokenIds> <- any
- * sequence of sequences of int (prefill_batch's token_lists). */
-%typemap(in) const photon::Bytes & (photon::Bytes bytes) %{
+/* photon_binding::Bytes <-> bytes (any bytes-like object in), TokenIds <-> list of int (any
+ * sequence of int in), Logprobs -> list of float, std::vector<TokenIds> <- any sequence of
+ * sequences of int (prefill_batch's token_lists). */
+%typemap(in) const photon_binding::Bytes & (photon_binding::Bytes bytes) %{
   {
     Py_buffer view;
     if (PyObject_GetBuffer($input, &view, PyBUF_SIMPLE) < 0) {
@@ -289,41 +291,42 @@ PHOTON_PYTHON_RELEASES_LOCK(photon::Session::save_file)
     $1 = &bytes;
   }
 %}
-%typemap(out) photon::Bytes %{
+%typemap(out) photon_binding::Bytes %{
   $result = PyBytes_FromStringAndSize(reinterpret_cast<const char *>($1.data()),
                                       static_cast<Py_ssize_t>($1.size()));
 %}
 
-%typemap(in) const photon::TokenIds & (photon::TokenIds ids) %{
+%typemap(in) const photon_binding::TokenIds & (photon_binding::TokenIds ids) %{
   if (!photon_python_token_ids($input, "$1_name", &ids)) SWIG_fail;
   $1 = &ids;
 %}
-%typemap(in) const std::vector<photon::TokenIds> & (std::vector<photon::TokenIds> lists) %{
+%typemap(in) const std::vector<photon_binding::TokenIds> &
+    (std::vector<photon_binding::TokenIds> lists) %{
   if (!photon_python_token_lists($input, "token_lists", &lists)) SWIG_fail;
   $1 = &lists;
 %}
-%typemap(out) photon::TokenIds %{
+%typemap(out) photon_binding::TokenIds %{
   $result = PyList_New(static_cast<Py_ssize_t>($1.size()));
   for (size_t i = 0; $result && i < $1.size(); ++i) {
     PyList_SET_ITEM($result, static_cast<Py_ssize_t>(i), PyLong_FromLong($1.data()[i]));
   }
 %}
-%typemap(out) photon::Logprobs %{
+%typemap(out) photon_binding::Logprobs %{
   $result = PyList_New(static_cast<Py_ssize_t>($1.size()));
   for (size_t i = 0; $result && i < $1.size(); ++i) {
     PyList_SET_ITEM($result, static_cast<Py_ssize_t>(i), PyFloat_FromDouble($1.data()[i]));
   }
 %}
 
-%typemap(out) photon::Mode %{ $result = photon_python_enum("Mode", static_cast<int>($1)); %}
-%typemap(out) photon::StopReason %{
+%typemap(out) photon_binding::Mode %{ $result = photon_python_enum("Mode", static_cast<int>($1)); %}
+%typemap(out) photon_binding::StopReason %{
   $result = photon_python_enum("StopReason", static_cast<int>($1));
 %}
 
 /* SessionOptions setters chain on the object itself: a new proxy for the returned reference would
  * not keep the options alive. */
 %define PHOTON_PYTHON_CHAIN(SETTER)
-%feature("pythonappend") photon::SessionOptions::SETTER "val = self"
+%feature("pythonappend") photon_binding::SessionOptions::SETTER "val = self"
 %enddef
 PHOTON_PYTHON_CHAIN(set_mode)
 PHOTON_PYTHON_CHAIN(set_context_length)
@@ -340,16 +343,17 @@ PHOTON_PYTHON_CHAIN(add_stop_string)
 /* No overloads reach Python (a failed overload match gives SWIG's raw "Wrong number or type of
  * arguments"): tokenize's default argument stays one function, the rest is dispatched by the
  * Pythonic API below (photon_python_api.i). */
-%feature("compactdefaultargs") photon::Model::tokenize;
-%ignore photon::Session::Session(const Model &);
-%rename(_prefill_tokens) photon::Session::prefill(const TokenIds &);
-%rename(_prefill_text) photon::Session::prefill(const std::string &);
-%rename(_generate_quietly) photon::Session::generate(int);
-%rename(_generate_with) photon::Session::generate(int, TokenListener &);
-%rename(_generate_batch_quietly) photon::Session::generate_batch(const std::vector<Session *> &, int);
+%feature("compactdefaultargs") photon_binding::Model::tokenize;
+%ignore photon_binding::Session::Session(const Model &);
+%rename(_prefill_tokens) photon_binding::Session::prefill(const TokenIds &);
+%rename(_prefill_text) photon_binding::Session::prefill(const std::string &);
+%rename(_generate_quietly) photon_binding::Session::generate(int);
+%rename(_generate_with) photon_binding::Session::generate(int, TokenListener &);
+%rename(_generate_batch_quietly)
+    photon_binding::Session::generate_batch(const std::vector<Session *> &, int);
 %rename(_generate_batch_with)
-    photon::Session::generate_batch(const std::vector<Session *> &, int, BatchListener &);
-%rename(_prefill_batch) photon::Session::prefill_batch;
+    photon_binding::Session::generate_batch(const std::vector<Session *> &, int, BatchListener &);
+%rename(_prefill_batch) photon_binding::Session::prefill_batch;
 
 %include "photon_python_api.i"
 

@@ -3,60 +3,63 @@
  * dispatch to the generated ones (photon/__init__.pyi describes the result for editors). */
 
 /* The callback, the pull primitives and the getters are reached through the API below. */
-%rename(_TokenListener) photon::TokenListener;
-%rename(_BatchListener) photon::BatchListener;
-%rename(_SessionVector) std::vector<photon::Session *>;
-%rename(_next_token) photon::Session::next_token;
-%rename(_last_piece) photon::Session::last_piece;
-%rename(_last_logprob) photon::Session::last_logprob;
+%rename(_TokenListener) photon_binding::TokenListener;
+%rename(_BatchListener) photon_binding::BatchListener;
+%rename(_SessionVector) std::vector<photon_binding::Session *>;
+%rename(_next_token) photon_binding::Session::next_token;
+%rename(_last_piece) photon_binding::Session::last_piece;
+%rename(_last_logprob) photon_binding::Session::last_logprob;
 %define PHOTON_PYTHON_GETTER(CLASS, GETTER)
 %rename(_ ## GETTER) CLASS::GETTER;
 %enddef
-PHOTON_PYTHON_GETTER(photon::Model, device)
-PHOTON_PYTHON_GETTER(photon::Model, arch)
-PHOTON_PYTHON_GETTER(photon::Model, levels)
-PHOTON_PYTHON_GETTER(photon::Model, parameter_count)
-PHOTON_PYTHON_GETTER(photon::Model, vocab_size)
-PHOTON_PYTHON_GETTER(photon::Model, context_length)
-PHOTON_PYTHON_GETTER(photon::Model, bos)
-PHOTON_PYTHON_GETTER(photon::Model, eos)
-PHOTON_PYTHON_GETTER(photon::Model, config_json)
-PHOTON_PYTHON_GETTER(photon::Model, is_closed)
-PHOTON_PYTHON_GETTER(photon::Session, mode)
-PHOTON_PYTHON_GETTER(photon::Session, kv_type)
-PHOTON_PYTHON_GETTER(photon::Session, stop_reason)
-PHOTON_PYTHON_GETTER(photon::Session, position)
-PHOTON_PYTHON_GETTER(photon::Session, is_closed)
+PHOTON_PYTHON_GETTER(photon_binding::Model, device)
+PHOTON_PYTHON_GETTER(photon_binding::Model, arch)
+PHOTON_PYTHON_GETTER(photon_binding::Model, levels)
+PHOTON_PYTHON_GETTER(photon_binding::Model, parameter_count)
+PHOTON_PYTHON_GETTER(photon_binding::Model, vocab_size)
+PHOTON_PYTHON_GETTER(photon_binding::Model, context_length)
+PHOTON_PYTHON_GETTER(photon_binding::Model, bos)
+PHOTON_PYTHON_GETTER(photon_binding::Model, eos)
+PHOTON_PYTHON_GETTER(photon_binding::Model, config_json)
+PHOTON_PYTHON_GETTER(photon_binding::Model, is_closed)
+PHOTON_PYTHON_GETTER(photon_binding::Session, mode)
+PHOTON_PYTHON_GETTER(photon_binding::Session, kv_type)
+PHOTON_PYTHON_GETTER(photon_binding::Session, stop_reason)
+PHOTON_PYTHON_GETTER(photon_binding::Session, position)
+PHOTON_PYTHON_GETTER(photon_binding::Session, is_closed)
 
 /* Objects passed to the library are checked first, so that a wrong one gets a plain message. */
-%pythonprepend photon::Session::restore %{
+%pythonprepend photon_binding::Session::restore %{
     _require(model, Model, "model")
 %}
-%pythonprepend photon::Session::restore_file %{
+%pythonprepend photon_binding::Session::restore_file %{
     _require(model, Model, "model")
 %}
-%pythonprepend photon::Session::set_sampler %{
+%pythonprepend photon_binding::Session::set_sampler %{
     _require(options, SessionOptions, "options")
 %}
 /* One constructor, with the device and threads defaulted here (the others serve the other
    languages). */
-%ignore photon::Model::Model(const std::string &);
-%ignore photon::Model::Model(const std::string &, const std::string &);
-%ignore photon::Model::Model(const std::string &, int);
-%feature("shadow") photon::Model::Model(const std::string &, const std::string &, int) %{
-    def __init__(self, path, device="cpu", threads=0):
+%ignore photon_binding::Model::Model(const std::string &);
+%ignore photon_binding::Model::Model(const std::string &, const std::string &);
+%ignore photon_binding::Model::Model(const std::string &, int);
+%ignore photon_binding::Model::Model(const std::string &, const std::string &, int);
+%feature("shadow")
+photon_binding::Model::Model(const std::string &, const std::string &, int, bool) %{
+    def __init__(self, path, device="cpu", threads=0, verify=False):
         """Loads and verifies a .photon file (str, bytes or os.PathLike), to run on device:
         "cpu" (the default), "cuda", "cuda:N" or "auto" (a GPU when one is usable); threads: the
-        most CPU threads one call computes with (0: every core)."""
-        _native.Model_swiginit(self, _native.new_Model(path, device, threads))
+        most CPU threads one call computes with (0: every core); verify: also read every weight,
+        refusing NaN, infinities and data changed since the file was written."""
+        _native.Model_swiginit(self, _native.new_Model(path, device, threads, verify))
 %}
-%feature("shadow") photon::Model::tokenize %{
+%feature("shadow") photon_binding::Model::tokenize %{
     def tokenize(self, text, add_bos=True):
         """Token ids of UTF-8 text (str, or bytes taken as they are), with BOS first when
         add_bos."""
         return _native.Model_tokenize(self, text, add_bos)
 %}
-%feature("shadow") photon::Session::Session(const Model &, const SessionOptions &) %{
+%feature("shadow") photon_binding::Session::Session(const Model &, const SessionOptions &) %{
     def __init__(self, model, options=None):
         """Opens a session on model; options (SessionOptions) default to greedy decoding in the
         model's default mode."""
@@ -121,7 +124,7 @@ def _require_callable(on_token):
         raise TypeError(f"photon: on_token must be callable, not {type(on_token).__name__}")
 %}
 
-%extend photon::Model {
+%extend photon_binding::Model {
 %pythoncode %{
     __enter__ = _ClosingMixin.__enter__
     __exit__ = _ClosingMixin.__exit__
@@ -143,7 +146,7 @@ def _require_callable(on_token):
 %}
 }
 
-%extend photon::Session {
+%extend photon_binding::Session {
 %pythoncode %{
     __enter__ = _ClosingMixin.__enter__
     __exit__ = _ClosingMixin.__exit__

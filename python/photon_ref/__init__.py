@@ -1,4 +1,4 @@
-"""photon_ref: the float64 PyTorch reference of the PHOTON model spec (shared/spec/photon-model.md).
+"""photon_ref: the float64 PyTorch reference of the PHOTON model spec (docs/spec.md).
 
     from photon_ref import load_model, score, score_recgen, generate_hiergen, generate_recgen
     model = load_model("config.json", "weights.npz")

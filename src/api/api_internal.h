@@ -16,6 +16,7 @@
 #include "engine/model.h"
 #include "engine/session.h"
 #include "photon.h"
+#include "serving/request.h"
 
 struct photon_model {
   std::unique_ptr<photon::Model> model;
@@ -27,6 +28,7 @@ struct photon_load_options {
   void* progress_user = nullptr;
   photon::DeviceChoice device;
   int32_t threads = 0;
+  bool verify = false;
 };
 
 struct photon_session_options {
@@ -34,11 +36,13 @@ struct photon_session_options {
   int32_t context_length = 0;
   photon::DType kv_type = photon::DType::F32;
   photon::SamplerConfig sampler;
+  bool context_shift = false;
 };
 
 struct photon_score_options {
   photon_mode mode = PHOTON_MODE_AUTO;
   size_t prompt_tokens = 1;
+  int32_t stride = 0;  // of the sliding windows; 0: half the model's context
 };
 
 struct photon_session {
@@ -58,6 +62,13 @@ struct photon_write_options {
 namespace photon::api {
 
 void set_last_error(const std::string& message);
+
+// A session's settings from its options, resolved against the model (AUTO made concrete, context
+// 0 made the model's); Error PHOTON_ERR_INVALID_ARGUMENT naming `function` for a context beyond
+// the model's.
+serving::SessionSettings session_settings(const photon_model& model,
+                                          const photon_session_options& options,
+                                          const char* function);
 
 // Runs body, mapping every exception to a status and the thread's last-error message.
 template <typename Body>

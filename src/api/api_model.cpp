@@ -3,7 +3,6 @@
 #include <string>
 
 #include "api/api_internal.h"
-#include "engine/recgen.h"
 #include "engine/score.h"
 
 using photon::api::copy_out;
@@ -65,6 +64,13 @@ photon_status photon_load_options_set_threads(photon_load_options* options, int3
   });
 }
 
+photon_status photon_load_options_set_verify(photon_load_options* options, int verify) {
+  return guard([&] {
+    require(options, "photon_load_options_set_verify", "options is NULL");
+    options->verify = verify != 0;
+  });
+}
+
 photon_status photon_model_load(const char* path, const photon_load_options* options,
                                 photon_model** out) {
   return guard([&] {
@@ -78,6 +84,7 @@ photon_status photon_model_load(const char* path, const photon_load_options* opt
     handle->model =
         photon::Model::load(path, progress, options ? options->device : photon::DeviceChoice{},
                             options ? options->threads : 0);
+    if (options && options->verify) handle->model->file().verify_data();
     handle->device = handle->model->backend().name();
     *out = handle.release();
   });
@@ -159,6 +166,18 @@ photon_status photon_model_metadata_at(const photon_model* model, size_t index, 
   });
 }
 
+photon_status photon_model_tokenizer_model(const photon_model* model, void* buffer, size_t capacity,
+                                           size_t* size) {
+  return guard([&] {
+    require(model, "photon_model_tokenizer_model", "model is NULL");
+    require(size, "photon_model_tokenizer_model", "size is NULL");
+    const std::string& bytes = model->model->file().tokenizer_model();
+    *size = bytes.size();
+    copy_out("photon_model_tokenizer_model", bytes.data(), bytes.size(), static_cast<char*>(buffer),
+             capacity);
+  });
+}
+
 photon_status photon_model_tokenize(const photon_model* model, const char* text, size_t text_len,
                                     int add_bos, int32_t* tokens, size_t capacity,
                                     size_t* n_tokens) {
@@ -229,6 +248,17 @@ photon_status photon_score_options_set_prompt_tokens(photon_score_options* optio
   });
 }
 
+photon_status photon_score_options_set_stride(photon_score_options* options, int32_t stride) {
+  return guard([&] {
+    require(options, "photon_score_options_set_stride", "options is NULL");
+    if (stride < 0)
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, "photon_score_options_set_stride: stride " +
+                                                    std::to_string(stride) +
+                                                    " is negative (0 means half the context)");
+    options->stride = stride;
+  });
+}
+
 photon_status photon_model_score_with(const photon_model* model, const int32_t* tokens,
                                       size_t n_tokens, const photon_score_options* options,
                                       float* logprobs) {
@@ -240,17 +270,15 @@ photon_status photon_model_score_with(const photon_model* model, const int32_t* 
     require(logprobs, function, "logprobs is NULL");
     require(n_tokens > 0, function, "n_tokens is 0");
     const photon::Model& m = *model->model;
-    if (n_tokens > static_cast<size_t>(m.config().max_seq_len))
-      photon::fail(PHOTON_ERR_CONTEXT_FULL, std::string(function) + ": " +
-                                                std::to_string(n_tokens) +
-                                                " tokens exceed the model's context of " +
-                                                std::to_string(m.config().max_seq_len));
     check_tokens(m, tokens, n_tokens, function);
-    const std::span<const int32_t> sequence(tokens, n_tokens);
-    if (options && options->mode == PHOTON_MODE_RECGEN)
-      photon::score_recgen(m, sequence, options->prompt_tokens, logprobs);
-    else
-      photon::score_tokens(m, sequence, logprobs);
+    photon::ScoreSettings settings;
+    if (options) {
+      settings.recgen = options->mode == PHOTON_MODE_RECGEN;
+      settings.prompt_tokens = options->prompt_tokens;
+      settings.stride = options->stride;
+    }
+    photon::score_sequence(m, std::span<const int32_t>(tokens, n_tokens), settings, logprobs,
+                           function);
   });
 }
 

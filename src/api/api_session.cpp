@@ -152,6 +152,14 @@ photon_status photon_session_options_add_stop_string(photon_session_options* o, 
   });
 }
 
+photon_status photon_session_options_set_context_shift(photon_session_options* o,
+                                                       int context_shift) {
+  return guard([&] {
+    require(o, "photon_session_options_set_context_shift", "options is NULL");
+    o->context_shift = context_shift != 0;
+  });
+}
+
 photon_status photon_session_create(const photon_model* model,
                                     const photon_session_options* options, photon_session** out) {
   return guard([&] {
@@ -159,20 +167,13 @@ photon_status photon_session_create(const photon_model* model,
     require(out, "photon_session_create", "out is NULL");
     const photon_session_options defaults;
     const photon_session_options& o = options ? *options : defaults;
-    const photon::ModelConfig& c = model->model->config();
-    const int32_t context = o.context_length == 0 ? c.max_seq_len : o.context_length;
-    if (context > c.max_seq_len)
-      photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
-                   "photon_session_create: context_length " + std::to_string(context) +
-                       " exceeds the model's " + std::to_string(c.max_seq_len));
-    photon::Mode mode = photon::default_mode(*model->model);
-    if (o.mode == PHOTON_MODE_RECGEN)
-      mode = photon::Mode::RecGen;
-    else if (o.mode == PHOTON_MODE_HIERGEN && c.arch == photon::Arch::Photon)
-      mode = photon::Mode::HierGen;
+    const photon::serving::SessionSettings s =
+        photon::api::session_settings(*model, o, "photon_session_create");
     auto handle = std::make_unique<photon_session>();
     handle->owner = model;
-    handle->session = photon::Session::create(*model->model, mode, context, o.sampler, o.kv_type);
+    handle->session =
+        photon::Session::create(*model->model, s.mode, s.context, s.sampler, s.kv_type);
+    handle->session->context_shift = s.context_shift;
     *out = handle.release();
   });
 }
@@ -318,6 +319,7 @@ photon_status photon_session_get_options(const photon_session* session,
     o->context_length = session->session->context;
     o->kv_type = session->session->kv_type;
     o->sampler = session->session->sampler;
+    o->context_shift = session->session->context_shift;
     *out = o.release();
   });
 }
@@ -328,6 +330,7 @@ photon_status photon_session_set_sampler(photon_session* session,
     require(session, "photon_session_set_sampler", "session is NULL");
     require(options, "photon_session_set_sampler", "options is NULL");
     session->session->set_sampler(options->sampler, "photon_session_set_sampler");
+    session->session->context_shift = options->context_shift;
   });
 }
 

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "api/api_internal.h"
+#include "format/checkpoint_import.h"
 #include "format/model_writer.h"
 
 using photon::api::guard;
@@ -105,6 +106,18 @@ photon_status photon_model_convert(const char* config_json_path, const char* wei
         photon::config_from_json(photon::read_whole_file(config_json_path), config_json_path);
     photon::convert_npz_model(config_json_path, weights_npz_path,
                               tokenizer_for(o, config.vocab_size), out_path, write_options(o));
+  });
+}
+
+photon_status photon_model_convert_from(const char* path, const char* config_json_path,
+                                        const char* out_path, const photon_write_options* options) {
+  return guard([&] {
+    require(path && *path, "photon_model_convert_from", "path is NULL or empty");
+    require(out_path, "photon_model_convert_from", "out_path is NULL");
+    const photon_write_options defaults;
+    const photon_write_options& o = options ? *options : defaults;
+    photon::convert_checkpoint({path, config_json_path ? config_json_path : "", o.tokenizer_path},
+                               out_path, write_options(o));
   });
 }
 

@@ -54,9 +54,10 @@ photon_backend_create_fn load_cuda_module() {
     }
   if (path.empty())
     fail(PHOTON_ERR_DEVICE,
-         "no CUDA build: this PHOTON has no CUDA backend (" PHOTON_CUDA_MODULE_NAME " is not at " +
+         "no CUDA module: the CUDA backend " PHOTON_CUDA_MODULE_NAME " is not at " +
              joined(candidates) +
-             "; build with -DPHOTON_CUDA=ON, or set PHOTON_CUDA_MODULE to the module's path)");
+             " (a build with CUDA installs it beside libphoton and packs it into the Python wheel "
+             "and the jar; a build without CUDA has none: configure with -DPHOTON_CUDA=ON)");
   const std::lock_guard<std::mutex> lock(mutex);
   if (auto found = loaded.find(path); found != loaded.end()) return found->second;
   dlerror();
@@ -83,10 +84,17 @@ photon_backend_create_fn load_cuda_module() {
   return create;
 }
 
+// A failure of the module's backend, raised as this library's own photon::Error (module.h says
+// why the module does not throw its own across).
+void raise_module_error(photon_status status, const char* message) {
+  fail(status, message != nullptr ? message : "the CUDA backend failed");
+}
+
 std::unique_ptr<Backend> make_cuda_backend(const DeviceChoice& choice) {
   const photon_backend_create_fn create = load_cuda_module();
-  const photon_backend_request request{PHOTON_BACKEND_ABI, backend_layout(), PHOTON_VERSION_STRING,
-                                       choice.ordinal, choice.exact_f32 ? 1 : 0};
+  const photon_backend_request request{PHOTON_BACKEND_ABI,       backend_layout(),
+                                       PHOTON_VERSION_STRING,    choice.ordinal,
+                                       choice.exact_f32 ? 1 : 0, &raise_module_error};
   Backend* backend = nullptr;
   char message[1024] = "";
   const photon_status status = create(&request, &backend, message, sizeof message);

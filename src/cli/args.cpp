@@ -104,6 +104,31 @@ std::string option_label(const std::string& name) {
   return "--" + name;
 }
 
+std::string option_help(const char* name, char short_name, const char* value,
+                        const std::string& help, bool repeatable,
+                        const std::vector<std::string>& fallback) {
+  // The description starts in column 24, after two spaces and a label of up to 20 characters.
+  constexpr size_t kLabelWidth = 20;
+  constexpr size_t kLineWidth = 96;
+  const std::string indent(kLabelWidth + 4, ' ');
+  std::string label = short_name != 0 ? std::string("-") + short_name + ", " : std::string();
+  label += option_label(name) + " " + value;
+  std::string notes = repeatable ? "repeatable" : "";
+  for (size_t i = 0; i < fallback.size(); ++i)
+    notes += (i > 0 ? " and " : notes.empty() ? "default " : "; default ") + fallback[i];
+  std::string text = help;
+  if (!notes.empty()) {
+    const size_t last_line = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+    const bool fits = indent.size() + (text.size() - last_line) + notes.size() + 3 <= kLineWidth;
+    text += (fits ? " (" : "\n(") + notes + ")";
+  }
+  std::string out = "  " + label;
+  out += label.size() <= kLabelWidth ? std::string(kLabelWidth + 2 - label.size(), ' ')
+                                     : "\n" + indent;
+  for (char c : text) out += c == '\n' ? "\n" + indent : std::string(1, c);
+  return out + "\n";
+}
+
 namespace {
 
 template <typename T>

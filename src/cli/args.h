@@ -57,6 +57,55 @@ class Args {
 // "--name" or "-x" as the user would write it, for messages.
 std::string option_label(const std::string& name);
 
+// An option described once, for a command that keeps its options in a table: Args parses by the
+// table (option_specs), --help lists it (option_help), and `apply` checks each value and puts it
+// into the command's settings, a Target.
+template <class Target>
+struct OptionDef {
+  const char* name;
+  char short_name;                    // -x, or 0
+  const char* value;                  // what --help calls the value
+  int section;                        // which section of the command's --help lists it
+  std::string help;                   // '\n' starts a continuation line
+  bool repeatable;                    // every value given counts, in order; otherwise the last one
+  std::vector<std::string> fallback;  // the values when it is not given (--help shows them)
+  // Puts one value into the target; `label` ("--batch") names the option in messages. Null: the
+  // option is read some other way (a helper that several commands share).
+  void (*apply)(Target& target, const std::string& value, const std::string& label);
+};
+
+template <class Target>
+std::vector<OptionSpec> option_specs(const std::vector<OptionDef<Target>>& table) {
+  std::vector<OptionSpec> specs;
+  for (const OptionDef<Target>& option : table) specs.push_back({option.name, option.short_name});
+  return specs;
+}
+
+// Applies every option of the table that has an `apply`, in table order: each value given (the
+// last one only, unless the option is repeatable), or its fallback when none was.
+template <class Target>
+void apply_options(const std::vector<OptionDef<Target>>& table, const Args& args, Target& target) {
+  for (const OptionDef<Target>& option : table) {
+    if (option.apply == nullptr) continue;
+    std::vector<std::string> values = args.values(option.name);
+    if (values.empty()) values = option.fallback;
+    if (!option.repeatable && values.size() > 1) values.erase(values.begin(), values.end() - 1);
+    for (const std::string& value : values) option.apply(target, value, option_label(option.name));
+  }
+}
+
+// The --help lines of one option: "  -m, --model M.photon" in a column, its description beside it,
+// then "(repeatable; default ...)" as the table says.
+std::string option_help(const char* name, char short_name, const char* value,
+                        const std::string& help, bool repeatable,
+                        const std::vector<std::string>& fallback);
+
+template <class Target>
+std::string option_help(const OptionDef<Target>& option) {
+  return option_help(option.name, option.short_name, option.value, option.help, option.repeatable,
+                     option.fallback);
+}
+
 // Strict number parsing: the whole text must be a number in range. `what` names the value in the
 // UsageError message (e.g. "--top-k").
 int32_t parse_int32(const std::string& text, const std::string& what);

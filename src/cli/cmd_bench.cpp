@@ -1,11 +1,14 @@
-// photon bench: the PHOTON paper's benchmark protocol on this machine (issue 7). Throughput and
-// memory per sample in the prefill-heavy and decode-heavy regimes, decode cost against context
-// length, and KV bytes against the configuration's formula; JSON lines and markdown tables.
+// photon bench: the PHOTON paper's benchmark protocol on this machine. Throughput and memory per
+// sample in the prefill-heavy and decode-heavy regimes, decode cost against context length, and
+// KV bytes against the configuration's formula; JSON lines and markdown tables.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "bench_report.h"
 #include "bench_util.h"
@@ -26,21 +29,27 @@ struct Regime {
   int32_t generate = 0;
 };
 
+// What a run of `photon bench` does: its options' values (the defaults are the options' fallbacks
+// in the table below).
 struct Plan {
-  std::string study = "throughput";
+  std::string study;
   std::vector<bench::ModelSource> sources;
   bench::WriteSettings write;
   std::vector<Row> rows;  // --mode filter; empty: every row a model has
   uint64_t seed = 0;
   std::vector<Regime> regimes;
-  int batch = 1;
+  int batch = 0;
   std::optional<uint64_t> memory_budget;  // bytes the batch may add above the loaded model
-  int max_batch = 256;
+  int max_batch = 0;
   std::vector<int32_t> contexts;
   int32_t decode_tokens = 0;
-  int32_t kv_context = 2176;
+  int32_t kv_context = 0;
+  std::string device;
   int32_t threads = 0;
   photon_dtype kv_type = PHOTON_DTYPE_F32;
+  std::optional<std::string> json;
+  std::optional<std::string> markdown;
+  std::vector<std::string> tables_from;  // saved runs to render instead of running models
 };
 
 Regime parse_regime(const std::string& text) {
@@ -58,12 +67,12 @@ Regime parse_regime(const std::string& text) {
   return regime;
 }
 
-std::vector<int32_t> parse_contexts(const std::string& text) {
+std::vector<int32_t> parse_contexts(const std::string& text, const std::string& what) {
   std::vector<int32_t> contexts;
   size_t start = 0;
   while (start <= text.size()) {
     const size_t comma = std::min(text.find(',', start), text.size());
-    contexts.push_back(parse_positive(text.substr(start, comma - start), "--contexts"));
+    contexts.push_back(parse_positive(text.substr(start, comma - start), what));
     start = comma + 1;
   }
   std::sort(contexts.begin(), contexts.end());
@@ -71,9 +80,11 @@ std::vector<int32_t> parse_contexts(const std::string& text) {
   return contexts;
 }
 
+constexpr const char* kModelDirName = "photon-bench-models";
+
 std::string default_model_dir() {
   const char* tmp = std::getenv("TMPDIR");
-  return std::string(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp") + "/photon-bench-models";
+  return std::string(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp") + "/" + kModelDirName;
 }
 
 // JSON lines to a file (appended) or stdout, and the records kept for the tables.
@@ -480,61 +491,205 @@ void study_kv(const Plan& plan, const BenchModel& model, Row row, Sink& sink) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The options, each spelled once, in one table (args.h, OptionDef): Args parses by it, --help
+// lists it, and each option's `apply` checks a value and puts it into the plan.
 
-Plan make_plan(const Args& args) {
+// The --help sections, in order.
+enum Section { kModels, kRuns, kThroughput, kScaling, kKv, kOutput };
+constexpr const char* kSectionHeaders[] = {
+    "models (presets first, then configs, then files):",
+    "runs:",
+    "throughput study:",
+    "scaling study:",
+    "kv study:",
+    "output:",
+};
+
+using BenchOption = OptionDef<Plan>;
+
+// --decode-tokens when it is not given: tokens timed per context, and tokens the kv study
+// generates.
+constexpr int32_t kTimedTokens = 32;
+constexpr int32_t kKvGeneratedTokens = 4;
+
+// What each option does with its value (the table below says which is which).
+void add_file(Plan& plan, const std::string& value, const std::string&) {
+  plan.sources.push_back({bench::ModelSource::Kind::File, value});
+}
+void add_preset(Plan& plan, const std::string& value, const std::string&) {
+  plan.sources.push_back({bench::ModelSource::Kind::Preset, value});
+}
+void add_config(Plan& plan, const std::string& value, const std::string&) {
+  plan.sources.push_back({bench::ModelSource::Kind::Config, value});
+}
+void set_model_dir(Plan& plan, const std::string& value, const std::string&) {
+  plan.write.dir = value;
+}
+void set_dtype(Plan& plan, const std::string& value, const std::string& label) {
+  plan.write.dtype = parse_dtype(value, label);
+}
+void set_seed(Plan& plan, const std::string& value, const std::string& label) {
+  plan.seed = parse_uint64(value, label);
+  plan.write.seed = plan.seed;
+}
+void set_study(Plan& plan, const std::string& value, const std::string& label) {
+  if (value != "throughput" && value != "scaling" && value != "kv")
+    throw UsageError(label + ": '" + value + "' is not one of throughput, scaling, kv");
+  plan.study = value;
+}
+void add_mode(Plan& plan, const std::string& value, const std::string&) {
+  plan.rows.push_back(bench::parse_row(value));
+}
+void set_kv_type(Plan& plan, const std::string& value, const std::string& label) {
+  plan.kv_type = parse_dtype(value, label);
+}
+void add_regime(Plan& plan, const std::string& value, const std::string&) {
+  plan.regimes.push_back(parse_regime(value));
+}
+void set_batch(Plan& plan, const std::string& value, const std::string& label) {
+  plan.batch = parse_positive(value, label);
+}
+void set_memory_budget(Plan& plan, const std::string& value, const std::string& label) {
+  // Checked as a float, converted as a double: 0.05 GiB is 53687091 bytes, not float's 92.
+  parse_float(value, label);
+  const double gib = std::strtod(value.c_str(), nullptr);
+  if (!(gib > 0)) throw UsageError(label + ": '" + value + "' must be positive (GiB)");
+  plan.memory_budget = static_cast<uint64_t>(gib * 1024 * 1024 * 1024);
+}
+void set_max_batch(Plan& plan, const std::string& value, const std::string& label) {
+  plan.max_batch = parse_positive(value, label);
+}
+void set_contexts(Plan& plan, const std::string& value, const std::string& label) {
+  plan.contexts = parse_contexts(value, label);
+}
+void set_decode_tokens(Plan& plan, const std::string& value, const std::string& label) {
+  plan.decode_tokens = parse_positive(value, label);
+}
+void set_kv_context(Plan& plan, const std::string& value, const std::string& label) {
+  plan.kv_context = parse_positive(value, label);
+}
+void set_json(Plan& plan, const std::string& value, const std::string&) {
+  plan.json = value;
+}
+void set_markdown(Plan& plan, const std::string& value, const std::string&) {
+  plan.markdown = value;
+}
+void add_tables_from(Plan& plan, const std::string& value, const std::string&) {
+  plan.tables_from.push_back(value);
+}
+
+const std::vector<BenchOption>& bench_options() {
+  static const std::string decode_tokens_help =
+      "tokens timed at each length (default " + std::to_string(kTimedTokens) +
+      "); in the kv study,\ntokens generated (default " + std::to_string(kKvGeneratedTokens) + ")";
+  static const std::string model_dir_help =
+      std::string("where written models are kept (default $TMPDIR/") + kModelDirName + ")";
+  // clang-format off
+  static const std::vector<BenchOption> options = {
+    {"model", 'm', "M.photon", kModels, "a model file", true, {}, add_file},
+    {"preset", 0, "NAME", kModels, "a built-in preset, one of 'photon init --list-presets'", true,
+     {}, add_preset},
+    {"config", 0, "C.json", kModels, "a configuration file; its runs take the file's name", true,
+     {}, add_config},
+    {"model-dir", 0, "DIR", kModels, model_dir_help, false, {}, set_model_dir},
+    {"dtype", 0, "f32|f16|bf16", kModels, "storage type of written models", false, {"f32"},
+     set_dtype},
+    {"seed", 0, "S", kModels, "seed of the weights, prompts and samplers", false, {"0"},
+     set_seed},
+    {"study", 0, "S", kRuns, "throughput, scaling or kv (above)", false, {"throughput"},
+     set_study},
+    {"mode", 0, "MODE", kRuns, "only vanilla, block, hiergen or recgen runs", true, {},
+     add_mode},
+    {"kv-type", 0, "T", kRuns, "storage of the sessions' KV caches: f32, f16 or bf16", false,
+     {"f32"}, set_kv_type},
+    {"device", 0, "DEV", kRuns,
+     "cpu (default), cuda, cuda:N or auto; on a GPU, memory per sample\n"
+     "and --memory-budget count the model's device memory", false, {}, nullptr},
+    {"threads", 0, "N", kRuns, "compute with at most N threads (default: every core)", false,
+     {}, nullptr},
+    {"regime", 0, "R", kThroughput,
+     "pf (2048 prompt / 128 generated), de (128 / 2048) or\nPROMPT:GENERATED", true,
+     {"pf", "de"}, add_regime},
+    {"batch", 0, "N", kThroughput, "sessions per run", false, {"1"}, set_batch},
+    {"memory-budget", 0, "GIB", kThroughput,
+     "instead: the largest batch whose peak memory above the loaded model\n"
+     "fits GIB, found by doubling and bisection over trial runs", false, {}, set_memory_budget},
+    {"max-batch", 0, "N", kThroughput, "upper bound of that search", false, {"256"},
+     set_max_batch},
+    {"contexts", 0, "N,N,...", kScaling, "context lengths", false,
+     {"256,512,1024,2048,4096,8192,16384"}, set_contexts},
+    {"decode-tokens", 0, "N", kScaling, decode_tokens_help, false, {}, set_decode_tokens},
+    {"context", 0, "T", kKv, "tokens consumed at the end, as in the DE regime", false,
+     {"2176"}, set_kv_context},
+    {"json", 0, "FILE", kOutput,
+     "append one JSON line per run to FILE ('-': stdout, no table there)", false, {}, set_json},
+    {"markdown", 0, "FILE", kOutput, "also write the table(s) to FILE", false, {},
+     set_markdown},
+    {"tables-from", 0, "FILE", kOutput, "print the tables of runs saved by --json (no models)",
+     true, {}, add_tables_from},
+  };
+  // clang-format on
+  return options;
+}
+
+// Presets first, then configs, then files, each in the order given.
+int source_rank(const bench::ModelSource& source) {
+  switch (source.kind) {
+    case bench::ModelSource::Kind::Preset: return 0;
+    case bench::ModelSource::Kind::Config: return 1;
+    case bench::ModelSource::Kind::File: return 2;
+  }
+  return 3;
+}
+
+Plan parse_plan(const std::vector<std::string>& argv) {
+  Args args(option_specs(bench_options()), 0);
+  args.parse(argv);
   Plan plan;
-  if (std::optional<std::string> study = args.value("study")) plan.study = *study;
-  if (plan.study != "throughput" && plan.study != "scaling" && plan.study != "kv") {
-    throw UsageError("--study: '" + plan.study + "' is not one of throughput, scaling, kv");
-  }
-  for (const std::string& name : args.values("preset")) {
-    plan.sources.push_back({bench::ModelSource::Kind::Preset, name});
-  }
-  for (const std::string& path : args.values("config")) {
-    plan.sources.push_back({bench::ModelSource::Kind::Config, path});
-  }
-  for (const std::string& path : args.values("model")) {
-    plan.sources.push_back({bench::ModelSource::Kind::File, path});
-  }
-  if (plan.sources.empty())
-    throw UsageError("no model: give -m MODEL, --preset NAME or --config C.json");
-  plan.write.dir = args.value("model-dir").value_or(default_model_dir());
-  if (std::optional<std::string> dtype = args.value("dtype"))
-    plan.write.dtype = parse_dtype(*dtype, "--dtype");
-  if (std::optional<std::string> kv_type = args.value("kv-type"))
-    plan.kv_type = parse_dtype(*kv_type, "--kv-type");
-  if (std::optional<std::string> seed = args.value("seed")) {
-    plan.seed = parse_uint64(*seed, "--seed");
-    plan.write.seed = plan.seed;
-  }
+  apply_options(bench_options(), args, plan);
+  plan.device = device_option(args);
   plan.threads = parse_threads(args);
-  for (const std::string& mode : args.values("mode")) plan.rows.push_back(bench::parse_row(mode));
-  for (const std::string& regime : args.values("regime"))
-    plan.regimes.push_back(parse_regime(regime));
-  if (plan.regimes.empty()) plan.regimes = {parse_regime("pf"), parse_regime("de")};
-  if (args.has("batch") && args.has("memory-budget")) {
+  if (args.has("batch") && args.has("memory-budget"))
     throw UsageError("give at most one of --batch and --memory-budget");
-  }
-  if (std::optional<std::string> batch = args.value("batch"))
-    plan.batch = parse_positive(*batch, "--batch");
-  if (std::optional<std::string> budget = args.value("memory-budget")) {
-    // Checked as a float, converted as a double: 0.05 GiB is 53687091 bytes, not float's 92.
-    parse_float(*budget, "--memory-budget");
-    const double gib = std::strtod(budget->c_str(), nullptr);
-    if (!(gib > 0)) throw UsageError("--memory-budget: '" + *budget + "' must be positive (GiB)");
-    plan.memory_budget = static_cast<uint64_t>(gib * 1024 * 1024 * 1024);
-  }
-  if (std::optional<std::string> most = args.value("max-batch")) {
-    plan.max_batch = parse_positive(*most, "--max-batch");
-  }
-  plan.contexts =
-      parse_contexts(args.value("contexts").value_or("256,512,1024,2048,4096,8192,16384"));
-  plan.decode_tokens = parse_positive(
-      args.value("decode-tokens").value_or(plan.study == "kv" ? "4" : "32"), "--decode-tokens");
-  if (std::optional<std::string> context = args.value("context")) {
-    plan.kv_context = parse_positive(*context, "--context");
-  }
+  if (!plan.tables_from.empty() && !plan.sources.empty())
+    throw UsageError("--tables-from renders saved runs: give no models with it");
+  if (plan.sources.empty() && plan.tables_from.empty())
+    throw UsageError("no model: give -m MODEL, --preset NAME or --config C.json");
+  std::stable_sort(plan.sources.begin(), plan.sources.end(),
+                   [](const bench::ModelSource& a, const bench::ModelSource& b) {
+                     return source_rank(a) < source_rank(b);
+                   });
+  if (plan.write.dir.empty()) plan.write.dir = default_model_dir();
+  if (plan.decode_tokens == 0)
+    plan.decode_tokens = plan.study == "kv" ? kKvGeneratedTokens : kTimedTokens;
   return plan;
+}
+
+std::string bench_help() {
+  std::string text =
+      "usage: photon bench (-m M.photon | --preset NAME | --config C.json)... [options]\n"
+      "       photon bench --tables-from RUNS.jsonl... [--markdown FILE]\n"
+      "\n"
+      "Runs the PHOTON paper's benchmark protocol on this machine with random token ids and EOS\n"
+      "ignored. A model runs in each mode it has: vanilla; block (PHOTON with one level); PHOTON\n"
+      "hiergen and recgen. Presets and configs are written with random weights into --model-dir\n"
+      "first (reused later). Prints markdown tables; --json appends one JSON line per run.\n"
+      "\n"
+      "studies (--study):\n"
+      "  throughput  per regime: prefill `batch` sessions, generate with all of them together;\n"
+      "              throughput = generated tokens / wall time including prefill; memory per\n"
+      "              sample by the KV formula, by the engine's accounting, and as the growth of\n"
+      "              memory per sample (resident memory on the CPU, the model's device memory on\n"
+      "              a GPU); TPM = throughput / memory per sample\n"
+      "  scaling     decode time per token and KV bytes at each --contexts length, one session\n"
+      "  kv          KV bytes per level once the model has consumed --context tokens, the last\n"
+      "              --decode-tokens of them generated, against the configuration's formula\n";
+  for (int section = 0; section < static_cast<int>(std::size(kSectionHeaders)); ++section) {
+    text += std::string("\n") + kSectionHeaders[section] + "\n";
+    for (const BenchOption& option : bench_options())
+      if (option.section == section) text += option_help(option);
+  }
+  return text + "\nOn stderr: a progress bar when it is a terminal, and a line per finished run.\n";
 }
 
 void write_tables(const std::string& tables, const std::optional<std::string>& path,
@@ -549,31 +704,20 @@ void write_tables(const std::string& tables, const std::optional<std::string>& p
 }
 
 int run_bench(const std::vector<std::string>& argv) {
-  // clang-format off
-  Args args({{"study"}, {"model", 'm'}, {"preset"}, {"config"}, {"model-dir"}, {"dtype"}, {"seed"},
-             {"mode"}, {"regime"}, {"batch"}, {"memory-budget"}, {"max-batch"}, {"contexts"},
-             {"decode-tokens"}, {"context"}, {"device"}, {"threads"}, {"json"}, {"markdown"},
-             {"tables-from"}, {"kv-type"}},
-            0);
-  // clang-format on
-  args.parse(argv);
-  if (args.has("tables-from")) {
-    if (args.has("model") || args.has("preset") || args.has("config")) {
-      throw UsageError("--tables-from renders saved runs: give no models with it");
-    }
+  const Plan plan = parse_plan(argv);
+  if (!plan.tables_from.empty()) {
     std::vector<Record> records;
-    for (const std::string& path : args.values("tables-from")) {
+    for (const std::string& path : plan.tables_from) {
       for (Record& record : bench::read_records(path)) records.push_back(std::move(record));
     }
-    write_tables(bench::tables(records), args.value("markdown"), true);
+    write_tables(bench::tables(records), plan.markdown, true);
     return 0;
   }
-  const Plan plan = make_plan(args);
-  Sink sink(args.value("json"));
+  Sink sink(plan.json);
 
   std::vector<BenchModel> models;
   for (const bench::ModelSource& source : plan.sources) {
-    models.push_back(bench::open_model(source, plan.write, device_option(args), plan.threads));
+    models.push_back(bench::open_model(source, plan.write, plan.device, plan.threads));
     models.back().kv_type = plan.kv_type;
   }
   size_t runs = 0;
@@ -597,65 +741,17 @@ int run_bench(const std::vector<std::string>& argv) {
   }
   if (runs == 0) throw UsageError("no model runs in the --mode given");
 
-  write_tables(bench::tables(sink.records()), args.value("markdown"), !sink.to_stdout());
+  write_tables(bench::tables(sink.records()), plan.markdown, !sink.to_stdout());
   return 0;
 }
+
+// Built from the options' table before main runs (kBenchCommand points into it).
+const std::string kBenchHelp = bench_help();
 
 }  // namespace
 
 const Command kBenchCommand = {
     "bench", "measure throughput, memory per sample and decode scaling (the paper's protocol)",
-    "usage: photon bench (-m M.photon | --preset NAME | --config C.json)... [options]\n"
-    "       photon bench --tables-from RUNS.jsonl... [--markdown FILE]\n"
-    "\n"
-    "Runs the PHOTON paper's benchmark protocol on this machine with random token ids and EOS\n"
-    "ignored. A model runs in each mode it has: vanilla; block (PHOTON with one level); PHOTON\n"
-    "hiergen and recgen. Presets and configs are written with random weights into --model-dir\n"
-    "first (reused later). Prints markdown tables; --json appends one JSON line per run.\n"
-    "\n"
-    "studies (--study):\n"
-    "  throughput  per regime: prefill `batch` sessions, generate with all of them together;\n"
-    "              throughput = generated tokens / wall time including prefill; memory per\n"
-    "              sample by the KV formula, by the engine's accounting, and as the growth of\n"
-    "              memory per sample (resident memory on the CPU, the model's device memory on\n"
-    "              a GPU); TPM = throughput / memory per sample (default)\n"
-    "  scaling     decode time per token and KV bytes at each --contexts length, one session\n"
-    "  kv          KV bytes per level once the model has consumed --context tokens, the last\n"
-    "              --decode-tokens of them generated, against the configuration's formula\n"
-    "\n"
-    "models (repeatable, in the order presets, configs, files):\n"
-    "  -m, --model M.photon  a model file\n"
-    "  --preset NAME         a built-in preset (see 'photon init --list-presets')\n"
-    "  --config C.json       a configuration file (named after the file)\n"
-    "  --model-dir DIR       where written models are kept (default $TMPDIR/photon-bench-models)\n"
-    "  --dtype f32|f16|bf16  storage type of written models (default f32)\n"
-    "  --kv-type T           storage of the sessions' KV caches: f32 (default), f16, bf16\n"
-    "  --seed S              seed of the weights, prompts and samplers (default 0)\n"
-    "  --mode MODE           only vanilla, block, hiergen or recgen runs (repeatable)\n"
-    "  --device DEV          cpu (default), cuda, cuda:N or auto; on a GPU, memory per sample\n"
-    "                        and --memory-budget count the model's device memory\n"
-    "  --threads N           compute with at most N threads (default: every core)\n"
-    "\n"
-    "throughput:\n"
-    "  --regime R            pf (2048 prompt / 128 generated), de (128 / 2048) or "
-    "PROMPT:GENERATED\n"
-    "                        (repeatable; default pf and de)\n"
-    "  --batch N             sessions per run (default 1)\n"
-    "  --memory-budget GIB   instead: the largest batch whose peak memory above the loaded model\n"
-    "                        fits GIB, found by doubling and bisection over trial runs\n"
-    "  --max-batch N         upper bound of that search (default 256)\n"
-    "scaling:\n"
-    "  --contexts N,N,...    context lengths (default 256,512,...,16384)\n"
-    "  --decode-tokens N     tokens timed at each length (default 32; kv: generated, default 4)\n"
-    "kv:\n"
-    "  --context T           tokens consumed at the end (default 2176, the DE regime's context)\n"
-    "\n"
-    "output:\n"
-    "  --json FILE           append one JSON line per run to FILE ('-': stdout, no table there)\n"
-    "  --markdown FILE       also write the table(s) to FILE\n"
-    "  --tables-from FILE    print the tables of runs saved by --json (repeatable; no models)\n"
-    "\n"
-    "A progress bar is drawn on stderr when it is a terminal; a line per finished run always.\n",
-    run_bench};
+    kBenchHelp.c_str(), run_bench};
 
 }  // namespace photon::cli

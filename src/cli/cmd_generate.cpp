@@ -58,6 +58,7 @@ const char* stop_reason_name(photon_stop_reason reason) {
     case PHOTON_STOP_CALLBACK: return "callback";
     case PHOTON_STOP_CANCELLED: return "cancelled";
     case PHOTON_STOP_CONTEXT_FULL: return "context_full";
+    case PHOTON_STOP_ERROR: return "error";
   }
   return "unknown";
 }
@@ -104,6 +105,9 @@ void apply_flags(const Args& args, photon_session_options* o) {
   if (args.has("ignore-eos")) {
     check_setting(photon_session_options_set_ignore_eos(o, 1), "--ignore-eos");
   }
+  if (args.has("context-shift")) {
+    check_setting(photon_session_options_set_context_shift(o, 1), "--context-shift");
+  }
   for (const std::string& stop : args.values("stop")) {
     check_setting(photon_session_options_add_stop_string(o, stop.c_str()), "--stop");
   }
@@ -121,6 +125,7 @@ SessionOptionsPtr session_options(const Args& args) {
 struct Stream {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
+  std::string text;  // the generated text, as streamed
   bool write_failed = false;
 };
 
@@ -129,6 +134,7 @@ int on_token(void* user_data, int32_t token, const char* piece, size_t piece_len
   try {
     stream.tokens.push_back(token);
     stream.logprobs.push_back(logprob);
+    stream.text.append(piece, piece_len);
   } catch (...) {
     return 1;  // out of memory: stop rather than let an exception cross the C API
   }
@@ -167,7 +173,7 @@ int run_generate(const std::vector<std::string>& argv) {
              {"save-session"},   {"resume"},
              {"threads"},        {"ignore-eos", 0, false},
              {"device"},         {"kv-type"},
-             {"json", 0, false}},
+             {"json", 0, false}, {"context-shift", 0, false}},
             0);
   args.parse(argv);
   const bool resume = args.has("resume");
@@ -191,8 +197,13 @@ int run_generate(const std::vector<std::string>& argv) {
   const std::string path = model_path(args);
   const int32_t threads = parse_threads(args);
 
+  // -p - reads the prompt from stdin (before the model loads, so that a closed stdin fails fast).
+  std::string prompt_text;
+  if (auto text = args.value("prompt"))
+    prompt_text = *text == "-" ? read_file("-", "prompt") : *text;
+
   const ModelPtr model = load_model(path, device_option(args), threads);
-  if (args.has("prompt")) prompt = tokenize(model.get(), *args.value("prompt"), !resume);
+  if (args.has("prompt")) prompt = tokenize(model.get(), prompt_text, !resume);
   if (!resume && prompt.empty()) throw RuntimeFailure("the prompt gives no tokens");
   const int32_t model_context = photon_model_context_length(model.get());
   int32_t context = model_context;
@@ -235,8 +246,7 @@ int run_generate(const std::vector<std::string>& argv) {
   {
     InterruptGuard interrupt(session.get());
     if (args.has("prompt")) {
-      const std::string text = *args.value("prompt");
-      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fwrite(prompt_text.data(), 1, prompt_text.size(), stdout);
       std::fflush(stdout);
     }
     start = Clock::now();
@@ -260,9 +270,12 @@ int run_generate(const std::vector<std::string>& argv) {
   }
 
   std::fputs("\n", stdout);
+  // The text ends before the summary starts when stdout and stderr go to one file.
+  std::fflush(stdout);
   const photon_stop_reason reason = photon_session_stop_reason(session.get());
   if (json) {
     nlohmann::ordered_json out;
+    out["text"] = stream.text;
     out["tokens"] = stream.tokens;
     out["logprobs"] = stream.logprobs;
     out["stop_reason"] = stop_reason_name(reason);
@@ -270,7 +283,7 @@ int run_generate(const std::vector<std::string>& argv) {
     out["mode"] = mode_name(photon_session_mode(session.get()));
     out["device"] = photon_model_device(model.get());
     out["kv_type"] = dtype_name(photon_session_kv_type(session.get()));
-    std::printf("%s\n", out.dump().c_str());
+    std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     const std::chrono::duration<double> prefill_time = prefilled - start;
     const std::chrono::duration<double> generate_time = done - prefilled;
@@ -296,7 +309,7 @@ const Command kGenerateCommand = {
     "\n"
     "options:\n"
     "  -m, --model M.photon the model (default: $PHOTON_MODEL)\n"
-    "  -p, --prompt TEXT    prompt text, tokenized with BOS first\n"
+    "  -p, --prompt TEXT    prompt text, tokenized with BOS first ('-' reads it from stdin)\n"
     "  --tokens IDS         comma-separated prompt token ids, used exactly as given\n"
     "  --mode MODE          auto (default: the mode the model file recommends, else RecGen for\n"
     "                       PHOTON with >= 2 levels), hiergen, recgen\n"
@@ -313,6 +326,9 @@ const Command kGenerateCommand = {
     "  --kv-type T          storage of the KV caches: f32 (default, exact), bf16 or f16 (half\n"
     "                       the memory; keys and values rounded once when stored)\n"
     "  --ignore-eos         keep generating past the end-of-sequence token\n"
+    "  --context-shift      keep generating past a full context: keep the last half of the\n"
+    "                       tokens, prefill them again and go on (as a new session prompted\n"
+    "                       with them would)\n"
     "  --device DEV         cpu (default), cuda, cuda:N (GPU N) or auto (a GPU when one is\n"
     "                       usable, else the CPU); on a GPU, bf16 weights and the whole --ctx\n"
     "                       in device memory\n"
@@ -321,8 +337,8 @@ const Command kGenerateCommand = {
     "  --resume FILE        continue a saved session: its mode, context, kv type and sampler\n"
     "                       settings apply, sampling flags given here override them; -p /\n"
     "                       --tokens add more prompt first (no BOS)\n"
-    "  --json               after the text, one JSON line: tokens, logprobs, stop_reason,\n"
-    "                       prompt_tokens, mode, device\n",
+    "  --json               after the text, one JSON line: text (the generated text), tokens,\n"
+    "                       logprobs, stop_reason, prompt_tokens, mode, device, kv_type\n",
     run_generate};
 
 }  // namespace photon::cli

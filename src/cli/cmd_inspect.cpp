@@ -79,7 +79,8 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 void print_json(const std::string& path, const photon_model* model, uint64_t file_size,
-                const std::vector<TensorRow>& tensors, const std::vector<Module>& modules) {
+                const std::vector<TensorRow>& tensors, const std::vector<Module>& modules,
+                bool verified) {
   ordered_json out;
   out["path"] = path;
   out["arch"] = photon_model_arch(model);
@@ -111,11 +112,13 @@ void print_json(const std::string& path, const photon_model* model, uint64_t fil
     if (photon_model_metadata_at(model, i, &key, &value) == PHOTON_OK) metadata[key] = value;
   }
   out["metadata"] = metadata;
+  if (verified) out["verified"] = true;
   std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
 
 void print_human(const std::string& path, const photon_model* model, uint64_t file_size,
-                 const std::vector<TensorRow>& tensors, const std::vector<Module>& modules) {
+                 const std::vector<TensorRow>& tensors, const std::vector<Module>& modules,
+                 bool verified) {
   const uint64_t total = photon_model_parameter_count(model);
   std::printf("model        %s (%s)\n", path.c_str(), human_bytes(file_size).c_str());
   const std::string arch = photon_model_arch(model);
@@ -130,6 +133,7 @@ void print_human(const std::string& path, const photon_model* model, uint64_t fi
               photon_model_bos(model), photon_model_eos(model));
   std::printf("context      %d tokens\n", photon_model_context_length(model));
   std::printf("config       %s\n", photon_model_config_json(model));
+  if (verified) std::printf("verified     every weight is finite; the data matches its hash\n");
 
   std::printf("\nparameters   %s\n", group_digits(total).c_str());
   for (const Module& module : modules) {
@@ -164,13 +168,23 @@ void print_human(const std::string& path, const photon_model* model, uint64_t fi
 }
 
 int run_inspect(const std::vector<std::string>& argv) {
-  Args args({{"model", 'm'}, {"json", 0, false}}, 1);
+  Args args({{"model", 'm'}, {"json", 0, false}, {"verify", 0, false}, {"extract-tokenizer"}}, 1);
   args.parse(argv);
   if (!args.positionals().empty() && args.has("model")) {
     throw UsageError("give the model either as an argument or with -m, not both");
   }
   const std::string path = args.positionals().empty() ? model_path(args) : args.positionals()[0];
-  ModelPtr model = load_model(path);
+  const bool verify = args.has("verify");
+  ModelPtr model = load_model(path, "cpu", 0, verify);
+
+  if (auto out = args.value("extract-tokenizer")) {
+    const std::string bytes = tokenizer_model(model.get());
+    write_file(*out, bytes, "the tokenizer");
+    std::fprintf(stderr, "photon inspect: wrote %s (%s, the tokenizer of %s: %d pieces)\n",
+                 out->c_str(), human_bytes(bytes.size()).c_str(), path.c_str(),
+                 photon_model_vocab_size(model.get()));
+    return 0;
+  }
 
   std::error_code error;
   const uintmax_t file_size = std::filesystem::file_size(path, error);
@@ -178,9 +192,9 @@ int run_inspect(const std::vector<std::string>& argv) {
   const std::vector<TensorRow> tensors = read_tensors(model.get());
   const std::vector<Module> modules = group_modules(tensors);
   if (args.has("json")) {
-    print_json(path, model.get(), file_size, tensors, modules);
+    print_json(path, model.get(), file_size, tensors, modules, verify);
   } else {
-    print_human(path, model.get(), file_size, tensors, modules);
+    print_human(path, model.get(), file_size, tensors, modules, verify);
   }
   return 0;
 }
@@ -189,18 +203,25 @@ int run_inspect(const std::vector<std::string>& argv) {
 
 const Command kInspectCommand = {
     "inspect", "show a model's configuration, parameters and file layout",
-    "usage: photon inspect [M.photon | -m M.photon] [--json]\n"
+    "usage: photon inspect [M.photon | -m M.photon] [--json] [--verify]\n"
+    "       photon inspect [M.photon | -m M.photon] --extract-tokenizer T.model\n"
     "\n"
     "Loads and verifies a model file, then prints its configuration, its parameters per module\n"
     "(tensors grouped by name prefix: tok_emb_enc, enc.1, ..., dec.1, tok_emb_dec, lm_head for\n"
     "PHOTON; tok_emb, layers, norm, lm_head for vanilla) and in total, and the file layout: the\n"
     "data section's offset and every tensor's name, dtype, shape, offset and size.\n"
+    "--extract-tokenizer writes the model's embedded tokenizer instead (a sentencepiece .model\n"
+    "file: `photon convert --tokenizer` takes it to write a model with the same token ids).\n"
     "\n"
     "options:\n"
     "  -m, --model M.photon the model (default: the argument, else $PHOTON_MODEL)\n"
     "  --json               one JSON object: arch, levels, vocab_size, context_length, bos, eos,\n"
     "                       config, parameters, modules, file {size, data_offset, tensors},\n"
-    "                       metadata\n",
+    "                       metadata (and verified: true with --verify)\n"
+    "  --verify             also read every weight: fail if one is NaN or infinite (naming the\n"
+    "                       tensor and the element) or if the data does not match its hash\n"
+    "  --extract-tokenizer T.model  write the embedded tokenizer to T.model and print nothing\n"
+    "                       else\n",
     run_inspect};
 
 }  // namespace photon::cli

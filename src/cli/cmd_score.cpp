@@ -1,6 +1,8 @@
 // photon score: log-probabilities of a token sequence (teacher-forced, or as a RecGen session
 // conditions them), its NLL and perplexity.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -23,6 +25,7 @@ int run_score(const std::vector<std::string>& argv) {
              {"file", 'f'},
              {"mode"},
              {"prompt-tokens"},
+             {"stride"},
              {"device"},
              {"threads"},
              {"json", 0, false}},
@@ -36,6 +39,7 @@ int run_score(const std::vector<std::string>& argv) {
   const int64_t prompt_tokens =
       args.has("prompt-tokens") ? parse_positive(*args.value("prompt-tokens"), "--prompt-tokens")
                                 : 1;
+  const int32_t stride = args.has("stride") ? parse_positive(*args.value("stride"), "--stride") : 0;
   std::vector<int32_t> tokens;
   if (args.has("tokens")) tokens = parse_token_list(*args.value("tokens"), "--tokens");
   const std::string path = model_path(args);
@@ -46,10 +50,11 @@ int run_score(const std::vector<std::string>& argv) {
   ModelPtr model = load_model(path, device_option(args), threads);
   if (args.has("file")) tokens = tokenize(model.get(), text, true);
   if (tokens.empty()) throw RuntimeFailure("nothing to score: the text gives no tokens");
-  const int32_t context = photon_model_context_length(model.get());
-  if (tokens.size() > static_cast<size_t>(context)) {
-    throw RuntimeFailure("the input has " + std::to_string(tokens.size()) +
-                         " tokens but the model's context holds " + std::to_string(context));
+  const int64_t context = photon_model_context_length(model.get());
+  if (stride >= context && static_cast<int64_t>(tokens.size()) > context) {
+    throw UsageError("--stride: " + std::to_string(stride) + " must be below the model's context " +
+                     std::to_string(context) + " (the input of " + std::to_string(tokens.size()) +
+                     " tokens needs sliding windows)");
   }
   std::vector<float> logprobs(tokens.size());
   photon_score_options* raw = nullptr;
@@ -60,6 +65,7 @@ int run_score(const std::vector<std::string>& argv) {
   check_setting(
       photon_score_options_set_prompt_tokens(options.get(), static_cast<size_t>(prompt_tokens)),
       "--prompt-tokens");
+  check_setting(photon_score_options_set_stride(options.get(), stride), "--stride");
   check(photon_model_score_with(model.get(), tokens.data(), tokens.size(), options.get(),
                                 logprobs.data()),
         "cannot score");
@@ -68,6 +74,10 @@ int run_score(const std::vector<std::string>& argv) {
   for (size_t i = 1; i < logprobs.size(); ++i) nll -= logprobs[i];
   const size_t predicted = tokens.size() - 1;
   const double perplexity = predicted > 0 ? std::exp(nll / static_cast<double>(predicted)) : NAN;
+  // Windows as photon_score_options_set_stride lays them out.
+  const int64_t window_stride = stride > 0 ? stride : std::max<int64_t>(context / 2, 1);
+  const int64_t excess = static_cast<int64_t>(tokens.size()) - context;
+  const int64_t windows = excess > 0 ? 1 + (excess + window_stride - 1) / window_stride : 1;
 
   if (args.has("json")) {
     using json = nlohmann::ordered_json;
@@ -78,8 +88,12 @@ int run_score(const std::vector<std::string>& argv) {
       values.push_back(i == 0 ? json(nullptr) : json(logprobs[i]));
     }
     out["logprobs"] = values;
+    out["predicted"] = predicted;
     out["nll"] = nll;
     out["perplexity"] = predicted > 0 ? json(perplexity) : json(nullptr);
+    out["context"] = context;
+    out["windows"] = windows;
+    out["stride"] = windows > 1 ? json(window_stride) : json(nullptr);
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
@@ -95,10 +109,15 @@ int run_score(const std::vector<std::string>& argv) {
   }
   std::printf("\ntokens %zu (%zu predicted)  nll %.4f  ", tokens.size(), predicted, nll);
   if (predicted > 0) {
-    std::printf("perplexity %.4f\n", perplexity);
+    std::printf("perplexity %.4f", perplexity);
   } else {
-    std::printf("perplexity n/a\n");
+    std::printf("perplexity n/a");
   }
+  if (windows > 1) {
+    std::printf("  windows %lld of %lld tokens, stride %lld", static_cast<long long>(windows),
+                static_cast<long long>(context), static_cast<long long>(window_stride));
+  }
+  std::printf("\n");
   return 0;
 }
 
@@ -107,11 +126,14 @@ int run_score(const std::vector<std::string>& argv) {
 const Command kScoreCommand = {
     "score", "log-probabilities, NLL and perplexity of a text or token ids",
     "usage: photon score -m M.photon (--tokens 1,2,3 | -f text.txt) [--mode MODE]\n"
-    "                    [--prompt-tokens K] [--device DEV] [--threads N] [--json]\n"
+    "                    [--prompt-tokens K] [--stride S] [--device DEV] [--threads N] [--json]\n"
     "\n"
     "Scores a sequence: the log-probability of every token given the ones before it (the first\n"
     "token is not predicted). NLL = -sum of the logprobs; perplexity = exp(NLL / (T - 1)) over T\n"
-    "tokens.\n"
+    "tokens. A sequence longer than the model's context is scored in sliding windows of the\n"
+    "context's length that start --stride tokens apart; each window scores the tokens after the\n"
+    "previous window's end, conditioned on the tokens before them in the window (at least\n"
+    "context - stride of them), so every token after the first is scored once.\n"
     "\n"
     "options:\n"
     "  -m, --model M.photon the model (default: $PHOTON_MODEL)\n"
@@ -122,9 +144,12 @@ const Command kScoreCommand = {
     "                       later token as one it sampled (PHOTON with L >= 2)\n"
     "  --prompt-tokens K    the prompt's length for --mode recgen (default 1); the logprobs of\n"
     "                       tokens 2..K+1 are teacher forcing's in every mode\n"
+    "  --stride S           tokens between the starts of sliding windows, below the context\n"
+    "                       (default: half the model's context)\n"
     "  --device DEV         cpu (default), cuda, cuda:N or auto (a GPU when one is usable)\n"
     "  --threads N          compute with at most N threads (default: every core)\n"
-    "  --json               one JSON object: tokens, logprobs (null first), nll, perplexity\n",
+    "  --json               one JSON object: tokens, logprobs (null first), predicted, nll,\n"
+    "                       perplexity, context, windows, stride (null for one window)\n",
     run_score};
 
 }  // namespace photon::cli

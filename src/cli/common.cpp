@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -52,18 +53,55 @@ int32_t parse_threads(const Args& args) {
   return threads;
 }
 
-ModelPtr load_model(const std::string& path, const std::string& device, int32_t threads) {
+ModelPtr load_model(const std::string& path, const std::string& device, int32_t threads,
+                    bool verify) {
   photon_load_options* raw_options = nullptr;
   check(photon_load_options_create(&raw_options), "cannot create load options");
   LoadOptionsPtr options(raw_options);
   check_setting(photon_load_options_set_device(options.get(), device.c_str()), "--device");
   check_setting(photon_load_options_set_threads(options.get(), threads), "--threads");
+  check(photon_load_options_set_verify(options.get(), verify ? 1 : 0), "cannot set --verify");
   ProgressBar bar("loading");
   check(photon_load_options_set_progress(options.get(), &ProgressBar::callback, &bar),
         "cannot set load progress");
   photon_model* model = nullptr;
   check(photon_model_load(path.c_str(), options.get(), &model), "cannot load model");
   return ModelPtr(model);
+}
+
+std::string tokenizer_model(const photon_model* model) {
+  size_t size = 0;
+  photon_status status = photon_model_tokenizer_model(model, nullptr, 0, &size);
+  if (status != PHOTON_ERR_BUFFER_TOO_SMALL) {
+    check(status, "cannot read the tokenizer");
+    return {};
+  }
+  std::string bytes(size, '\0');
+  check(photon_model_tokenizer_model(model, bytes.data(), bytes.size(), &size),
+        "cannot read the tokenizer");
+  bytes.resize(size);
+  return bytes;
+}
+
+void write_file(const std::string& path, const std::string& data, const std::string& what) {
+  const std::string partial = path + ".tmp";
+  {
+    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+    if (!out)
+      throw RuntimeFailure("cannot write " + what + " '" + path + "': " + std::strerror(errno));
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    out.close();
+    if (!out) {
+      std::remove(partial.c_str());
+      throw RuntimeFailure("cannot write " + what + " '" + path + "'");
+    }
+  }
+  std::error_code error;
+  std::filesystem::rename(partial, path, error);
+  if (error) {
+    std::remove(partial.c_str());
+    throw RuntimeFailure("cannot write " + what + " '" + path + "': " + error.message());
+  }
 }
 
 std::string read_file(const std::string& path, const std::string& what) {

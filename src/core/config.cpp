@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "core/error.h"
 

@@ -1,7 +1,8 @@
 // Internal error type. Code inside the library throws photon::Error; the C API boundary
-// (src/api) turns it into a photon_status plus the thread's last-error message. The CUDA backend
-// module (libphoton-cuda.so) throws it too, into libphoton: its type information has default
-// visibility so that both libraries agree on the type whatever their visibility settings.
+// (src/api) turns it into a photon_status plus the thread's last-error message. Like everything
+// but photon_*, its type information is private to each library: the CUDA backend module
+// (libphoton-cuda.so) throws its own, and hands each failure to libphoton as a status and a
+// message at the boundary (backend/module.h), never as an exception.
 #pragma once
 
 #include <stdexcept>
@@ -11,7 +12,7 @@
 
 namespace photon {
 
-class __attribute__((visibility("default"))) Error : public std::runtime_error {
+class Error : public std::runtime_error {
  public:
   Error(photon_status status, const std::string& message)
       : std::runtime_error(message), status_(status) {}

@@ -1,5 +1,6 @@
 #include "engine/decode.h"
 
+#include <cmath>
 #include <string>
 
 #include "engine/weights.h"
@@ -35,6 +36,14 @@ int32_t last_text_token(const Tokenizer& tok, const std::vector<int32_t>& histor
   return -1;
 }
 
+// A session whose history fills its context goes on after a context shift, when it has one
+// (Session::shift_context); the task's limit moves down with the positions. False: it stops.
+bool shift_context(Task& t) {
+  if (!t.session->context_shift || t.session->context < 2) return false;
+  t.limit -= t.session->shift_context();
+  return true;
+}
+
 // Stop rules that need no sampling; returns true when the task is finished.
 bool finished_before_sampling(Task& t) {
   if (t.reason != PHOTON_STOP_NONE) return true;
@@ -45,7 +54,7 @@ bool finished_before_sampling(Task& t) {
     return true;
   else if (t.session->cancel_requested.load(std::memory_order_relaxed))
     t.reason = PHOTON_STOP_CANCELLED;
-  else if (next >= t.session->context)
+  else if (next >= t.session->context && !shift_context(t))
     t.reason = PHOTON_STOP_CONTEXT_FULL;
   return t.reason != PHOTON_STOP_NONE;
 }
@@ -141,6 +150,14 @@ void sample_lanes(const std::vector<Task*>& sampling, std::vector<std::vector<La
   std::vector<int32_t> sampled(n_lanes);
   std::vector<float> logprobs(n_lanes);
   b.sample(logits, requests, sampled.data(), logprobs.data());
+  // A token's logprob is its logit minus the log-sum-exp of the whole row, so a NaN or +infinity
+  // anywhere in the row (or a row of -infinity) makes it NaN: one check per lane covers its row.
+  for (size_t i = 0; i < n_lanes; ++i)
+    if (!std::isfinite(logprobs[i]))
+      fail(PHOTON_ERR_NOT_FINITE,
+           "the logits of position " + std::to_string(requests[i].position) +
+               " are not finite: the model's weights hold a NaN or an infinity (which "
+               "photon_load_options_set_verify finds) or its activations overflow");
 
   std::vector<std::vector<int32_t>> tokens(sampling.size());
   size_t r = 0;

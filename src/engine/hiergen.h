@@ -54,7 +54,8 @@ void hier_append(const Model& model, std::span<const AppendJob> jobs, Workspace&
 void hier_step(const Model& model, std::span<HierGenState* const> states,
                std::span<const int32_t> tokens, Workspace& ws);
 
-// Initial conditioner of the top level's open unit: X(L) of the previous unit, or the learned start.
+// Initial conditioner of the top level's open unit: X(L) of the previous unit, or the learned
+// start.
 Tensor top_conditioner(const Model& model, const HierGenState& st);
 
 std::unique_ptr<Runner> make_hiergen_runner(const Model& model);

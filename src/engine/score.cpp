@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "engine/levels.h"
+#include "engine/recgen.h"
 #include "engine/weights.h"
 
 namespace photon {
@@ -112,6 +115,55 @@ void score_tokens(const Model& model, std::span<const int32_t> tokens, float* ou
     score_vanilla(model, tokens, out, ws);
   else
     score_photon(model, tokens, out, ws);
+}
+
+std::vector<ScoreWindow> score_windows(int64_t n, int64_t context, int64_t stride) {
+  std::vector<ScoreWindow> windows{{0, 0, std::min(n, context)}};
+  while (windows.back().end < n) {
+    const int64_t begin = windows.back().begin + stride;
+    windows.push_back({begin, windows.back().end, std::min(n, begin + context)});
+  }
+  return windows;
+}
+
+void score_sequence(const Model& model, std::span<const int32_t> tokens,
+                    const ScoreSettings& settings, float* out, std::string_view who) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t context = model.config().max_seq_len;
+  const int64_t stride = settings.stride > 0 ? settings.stride : std::max<int64_t>(context / 2, 1);
+  if (n > context && stride >= context)
+    fail(PHOTON_ERR_INVALID_ARGUMENT,
+         std::string(who) + ": " + std::to_string(n) + " tokens exceed the model's context of " +
+             std::to_string(context) + " and need sliding windows, whose stride " +
+             std::to_string(stride) + " must be below the context (each window conditions on " +
+             "context - stride tokens of the one before)");
+  std::vector<float> window_out;
+  for (const ScoreWindow& w : score_windows(n, context, stride)) {
+    const std::span<const int32_t> window = tokens.subspan(w.begin, w.end - w.begin);
+    // The first window writes out directly; a later one scores into scratch, of which only the
+    // tokens after the previous window count.
+    float* dst = out;
+    if (w.begin > 0) {
+      window_out.resize(window.size());
+      dst = window_out.data();
+    }
+    const size_t prompt =
+        w.begin == 0 ? settings.prompt_tokens : static_cast<size_t>(w.first_scored - w.begin);
+    if (settings.recgen)
+      score_recgen(model, window, prompt, dst);
+    else
+      score_tokens(model, window, dst);
+    if (w.begin > 0)
+      std::copy(window_out.begin() + (w.first_scored - w.begin), window_out.end(),
+                out + w.first_scored);
+  }
+  for (int64_t i = 1; i < n; ++i)
+    if (!std::isfinite(out[i]))
+      fail(PHOTON_ERR_NOT_FINITE,
+           std::string(who) + ": the log-probability of token " + std::to_string(i) + " is " +
+               std::to_string(out[i]) +
+               ": the model's logits are not finite (its weights hold a NaN or an infinity, "
+               "which photon_load_options_set_verify finds, or its activations overflow)");
 }
 
 }  // namespace photon

@@ -1,5 +1,7 @@
 #include "engine/session.h"
 
+#include <string>
+
 namespace photon {
 
 Mode default_mode(const Model& model) {
@@ -90,6 +92,20 @@ void Session::set_sampler(const SamplerConfig& config, std::string_view who) {
   stream.require_usable(who);
   discard_ahead();  // tokens drawn under the old settings
   sampler = config;
+}
+
+int64_t Session::shift_context() {
+  const size_t keep = static_cast<size_t>(context / 2);
+  if (keep == 0 || history.size() <= keep)
+    fail(PHOTON_ERR_INTERNAL, "shift_context: nothing to drop from a history of " +
+                                  std::to_string(history.size()) + " tokens");
+  std::unique_ptr<Session> fresh = create(model, mode, context, sampler, kv_type);
+  fresh->prefill(std::span<const int32_t>(history).last(keep), "the context shift");
+  const int64_t dropped = static_cast<int64_t>(history.size() - keep);
+  stream.ahead.clear();
+  history = std::move(fresh->history);
+  state = std::move(fresh->state);
+  return dropped;
 }
 
 KvBytes Session::kv_bytes(int level, std::string_view who) const {

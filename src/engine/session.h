@@ -42,6 +42,8 @@ struct Session {
   ModeState state;
   std::unique_ptr<Runner> runner;
   SamplerConfig sampler;
+  // photon_session_options_set_context_shift: a full context keeps its last half and goes on.
+  bool context_shift = false;
   Stream stream;
   std::atomic<bool> cancel_requested{false};
 
@@ -68,6 +70,12 @@ struct Session {
   void check_prefill(std::span<const int32_t> tokens, std::string_view who) const;
   // photon_session_set_sampler.
   void set_sampler(const SamplerConfig& config, std::string_view who);
+  // The context shift, for a session whose history fills its context (of at least 2 tokens):
+  // the session becomes what a new session of its settings is after a prefill of the last
+  // context / 2 tokens of its history (its caches rebuilt from them; tokens sampled ahead are
+  // dropped, the delivered text stays for stop strings). Returns how many tokens left the front
+  // of the history. Its caches exist twice while the new ones are built.
+  int64_t shift_context();
   // photon_session_kv_bytes.
   KvBytes kv_bytes(int level, std::string_view who) const;
 

@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 
 #include "core/error.h"
+#include "format/data_hash.h"
 #include "format/model_schema.h"
 
 namespace photon {
@@ -50,6 +53,12 @@ class FdCloser {
 
 uint32_t read_le32(const uint8_t* p) {
   return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+
+std::string hex(uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(value));
+  return text;
 }
 
 std::string printable(const uint8_t* p, size_t n) {
@@ -266,6 +275,60 @@ std::unique_ptr<ModelFile> ModelFile::open(const std::string& path, const Progre
     }
   report(1.0f);
   return file;
+}
+
+namespace {
+
+// The first element of a stored tensor whose exponent bits are all ones (an infinity or a NaN),
+// or -1.
+template <typename Bits>
+int64_t first_non_finite(const uint8_t* data, uint64_t count, Bits exponent) {
+  for (uint64_t i = 0; i < count; ++i) {
+    Bits bits;
+    std::memcpy(&bits, data + i * sizeof(Bits), sizeof(Bits));
+    if ((bits & exponent) == exponent) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+void ModelFile::verify_data() const {
+  const FileErrors errors(path_);
+  for (const TensorEntry& t : tensors_) {
+    const uint64_t count = t.size / dtype_size(t.dtype);
+    const int64_t bad = t.dtype == DType::F32
+                            ? first_non_finite<uint32_t>(t.data, count, 0x7f800000u)
+                        : t.dtype == DType::F16 ? first_non_finite<uint16_t>(t.data, count, 0x7c00)
+                                                : first_non_finite<uint16_t>(t.data, count, 0x7f80);
+    if (bad >= 0) {
+      float value = 0.0f;
+      convert_to_f32(t.dtype, t.data + static_cast<uint64_t>(bad) * dtype_size(t.dtype), &value, 1);
+      errors.fail_tensor(PHOTON_ERR_NOT_FINITE, t.name,
+                         std::string("holds ") +
+                             (std::isnan(value) ? "nan"
+                              : value > 0       ? "inf"
+                                                : "-inf") +
+                             " at " + element_index(t.shape, static_cast<uint64_t>(bad)) +
+                             " (element " + std::to_string(bad) + ")");
+    }
+  }
+  const uint8_t* data = static_cast<const uint8_t*>(map_) + data_offset_;
+  const uint64_t hash = hash_data_section(data, file_size_ - data_offset_);
+  if (hash != data_hash_)
+    errors.fail(PHOTON_ERR_CORRUPT, "the data section hashes to " + hex(hash) +
+                                        " but the header records " + hex(data_hash_) +
+                                        ": the weights changed after the file was written");
+}
+
+std::string element_index(const std::vector<int64_t>& shape, uint64_t flat) {
+  std::vector<int64_t> index(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    const uint64_t extent = static_cast<uint64_t>(std::max<int64_t>(shape[d], 1));
+    index[d] = static_cast<int64_t>(flat % extent);
+    flat /= extent;
+  }
+  return shape_to_string(index);
 }
 
 ModelFile::~ModelFile() {

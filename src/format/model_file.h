@@ -1,5 +1,5 @@
-// Reading .photon model files: a size-prefixed FlatBuffers header (schemas/model.fbs) followed by an
-// aligned raw data section. Everything a file claims is verified before use, with overflow-safe
+// Reading .photon model files: a size-prefixed FlatBuffers header (schemas/model.fbs) followed by
+// an aligned raw data section. Everything a file claims is verified before use, with overflow-safe
 // arithmetic, and every failure names the file (and the tensor, where one is at fault).
 #pragma once
 
@@ -58,6 +58,12 @@ class ModelFile {
   // and not re-checked on open: with the config it fingerprints the model for saved sessions.
   uint64_t data_hash() const { return data_hash_; }
 
+  // The full check of the data section that open() leaves out (photon_load_options_set_verify):
+  // every weight is finite (Error PHOTON_ERR_NOT_FINITE naming the tensor and the first bad
+  // element), then the section hashes to data_hash() (PHOTON_ERR_CORRUPT: changed since it was
+  // written). Reads the whole file once.
+  void verify_data() const;
+
  private:
   ModelFile() = default;
   std::string path_;
@@ -73,5 +79,8 @@ class ModelFile {
   void* map_ = nullptr;
   size_t map_size_ = 0;
 };
+
+// "[2, 5]": where element `flat` of a row-major tensor of `shape` lies (for messages).
+std::string element_index(const std::vector<int64_t>& shape, uint64_t flat);
 
 }  // namespace photon

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -174,6 +175,38 @@ void fill_normal(float* dst, int64_t n, uint64_t key, float stddev) {
   }
 }
 
+std::string value_text(float value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", static_cast<double>(value));
+  return text;
+}
+
+// Model files hold finite weights only: a NaN or an infinity would reach every logit it touches.
+// `values` are elements first .. first + count of the tensor.
+void check_finite(const std::string& path, const TensorEntry& entry, const float* values,
+                  size_t first, size_t count) {
+  for (size_t i = 0; i < count; ++i)
+    if (!std::isfinite(values[i]))
+      fail(PHOTON_ERR_NOT_FINITE,
+           path + ": tensor '" + entry.name + "' holds " + value_text(values[i]) + " at " +
+               element_index(entry.shape, first + i) + " (element " + std::to_string(first + i) +
+               "); model files hold finite weights only");
+}
+
+// A finite f32 value whose f16 or bf16 rounding is infinite does not fit the storage type.
+void check_fits(const std::string& path, const TensorEntry& entry, const float* values,
+                const uint16_t* stored, size_t first, size_t count) {
+  const uint16_t exponent = entry.dtype == DType::F16 ? 0x7c00 : 0x7f80;
+  for (size_t i = 0; i < count; ++i)
+    if ((stored[i] & exponent) == exponent)
+      fail(PHOTON_ERR_NOT_FINITE,
+           path + ": tensor '" + entry.name + "' holds " + value_text(values[i]) + " at " +
+               element_index(entry.shape, first + i) + " (element " + std::to_string(first + i) +
+               "), which overflows " + dtype_name(entry.dtype) + " (largest finite value " +
+               value_text(entry.dtype == DType::F16 ? 65504.0f : 3.3895314e38f) +
+               "); store the weights as " + (entry.dtype == DType::F16 ? "bf16 or f32" : "f32"));
+}
+
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -232,10 +265,10 @@ void write_model_file(const std::string& path, const ModelConfig& config,
   report(0.0f);
 
   std::vector<float> values;
-  std::vector<uint8_t> staging;
+  std::vector<uint16_t> staging;  // f16 or bf16 values
   try {
     values.resize(static_cast<size_t>(max_elements));
-    staging.resize(kConvertChunk * dtype_size(options.dtype));
+    if (options.dtype != DType::F32) staging.resize(kConvertChunk);
   } catch (const std::bad_alloc&) {
     fail(PHOTON_ERR_OUT_OF_MEMORY,
          path + ": cannot allocate a buffer of " + std::to_string(max_elements) + " floats");
@@ -263,10 +296,12 @@ void write_model_file(const std::string& path, const ModelConfig& config,
     ordered[i]->fill(values.data());
     for (size_t done = 0; done < n; done += kConvertChunk) {
       const size_t count = std::min(kConvertChunk, n - done);
+      check_finite(path, entry, values.data() + done, done, count);
       if (entry.dtype == DType::F32) {
         append_data(values.data() + done, count * 4);
       } else {
         convert_from_f32(entry.dtype, values.data() + done, staging.data(), count);
+        check_fits(path, entry, values.data() + done, staging.data(), done, count);
         append_data(staging.data(), count * dtype_size(entry.dtype));
       }
     }

@@ -390,6 +390,41 @@ class NpyHeaderParser {
   size_t pos_ = 0;
 };
 
+// The values of an array stored in Fortran (column-major) order, in row-major order: element
+// (i0, ..., ik) sits at i0 + d0 * (i1 + d1 * (...)) in `data`.
+std::vector<float> to_row_major(const std::vector<float>& data, const std::vector<int64_t>& shape,
+                                const std::string& where) {
+  if (shape.size() < 2 || data.empty()) return data;
+  const size_t rank = shape.size();
+  std::vector<uint64_t> stride(rank);  // of each axis in `data`
+  uint64_t step = 1;
+  for (size_t axis = 0; axis < rank; ++axis) {
+    stride[axis] = step;
+    step *= static_cast<uint64_t>(shape[axis]);
+  }
+  std::vector<float> out;
+  try {
+    out.resize(data.size());
+  } catch (const std::bad_alloc&) {
+    fail(PHOTON_ERR_OUT_OF_MEMORY, where + ": cannot allocate " + std::to_string(data.size()) +
+                                       " floats to reorder a Fortran-order array");
+  }
+  std::vector<int64_t> index(rank, 0);
+  uint64_t from = 0;
+  for (float& value : out) {
+    value = data[from];
+    for (size_t axis = rank; axis-- > 0;) {  // the last axis moves fastest in row-major order
+      if (++index[axis] < shape[axis]) {
+        from += stride[axis];
+        break;
+      }
+      from -= stride[axis] * static_cast<uint64_t>(shape[axis] - 1);
+      index[axis] = 0;
+    }
+  }
+  return out;
+}
+
 NpyArray read_npy(MemberReader& reader, const Member& m, const std::string& where) {
   uint8_t magic[8];
   if (m.size < sizeof magic) fail(PHOTON_ERR_TRUNCATED, where + ": too short for a .npy header");
@@ -419,8 +454,6 @@ NpyArray read_npy(MemberReader& reader, const Member& m, const std::string& wher
     fail(PHOTON_ERR_UNSUPPORTED, where + " has dtype '" + header.descr +
                                      "'; only little-endian float32 ('<f4') and float16 ('<f2') "
                                      "are supported");
-  if (header.fortran_order)
-    fail(PHOTON_ERR_UNSUPPORTED, where + " is stored in Fortran order; save it C-contiguous");
 
   uint64_t count = 1, bytes = 0, total = 0;
   for (int64_t d : header.shape)
@@ -457,6 +490,7 @@ NpyArray read_npy(MemberReader& reader, const Member& m, const std::string& wher
     }
   }
   reader.finish();
+  if (header.fortran_order) array.data = to_row_major(array.data, array.shape, where);
   return array;
 }
 

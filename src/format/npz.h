@@ -10,7 +10,7 @@ namespace photon {
 
 struct NpyArray {
   std::vector<int64_t> shape;
-  std::vector<float> data;  // widened to f32, row-major
+  std::vector<float> data;  // widened to f32, row-major (Fortran-order arrays are reordered)
 };
 
 // Reads every array of the archive, keyed by name without the ".npy" suffix. Throws Error

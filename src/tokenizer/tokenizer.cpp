@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 
-// The bytes of models/tokenizer.model, generated at build time by cmake/PhotonEmbed.cmake.
+// The bytes of src/tokenizer/builtin.model, embedded at build time by cmake/PhotonEmbed.cmake.
 extern const unsigned char photon_builtin_tokenizer_model[];
 extern const size_t photon_builtin_tokenizer_model_size;
 

@@ -46,7 +46,8 @@ class Tokenizer {
 // a valid character comes out as U+FFFD, so every piece is valid UTF-8.
 class Utf8Stream {
  public:
-  // Appends bytes and returns the longest prefix of pending bytes that ends on a character boundary.
+  // Appends bytes and returns the longest prefix of pending bytes that ends on a character
+  // boundary.
   std::string push(std::string_view bytes);
   // Returns whatever is still held back (at the end of a stream).
   std::string flush();
@@ -65,7 +66,7 @@ class Utf8Stream {
 std::string pad_tokenizer_model(const std::string& serialized_model, int32_t vocab_size,
                                 const std::string& origin);
 
-// The SDK's built-in tokenizer (models/tokenizer.model, compiled into the library).
+// The SDK's built-in tokenizer (src/tokenizer/builtin.model, compiled into the library).
 const std::string& builtin_tokenizer_model();
 
 }  // namespace photon

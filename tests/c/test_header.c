@@ -69,6 +69,9 @@ static void test_status_names(void) {
       {PHOTON_ERR_UNSUPPORTED, "PHOTON_ERR_UNSUPPORTED"},
       {PHOTON_ERR_WRONG_MODEL, "PHOTON_ERR_WRONG_MODEL"},
       {PHOTON_ERR_DEVICE, "PHOTON_ERR_DEVICE"},
+      {PHOTON_ERR_BUSY, "PHOTON_ERR_BUSY"},
+      {PHOTON_ERR_TIMEOUT, "PHOTON_ERR_TIMEOUT"},
+      {PHOTON_ERR_NOT_FINITE, "PHOTON_ERR_NOT_FINITE"},
       {PHOTON_ERR_INTERNAL, "PHOTON_ERR_INTERNAL"},
   };
   size_t i;
@@ -130,6 +133,10 @@ static void test_null_handling(void) {
   CHECK_STATUS(photon_model_load(NULL, NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_load_options_create(NULL), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_load_options_set_progress(NULL, NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_load_options_set_verify(NULL, 1), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_model_tokenizer_model(NULL, text, sizeof text, &n),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_score_options_set_stride(NULL, 4), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_write_options_create(NULL), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_write_options_set_dtype(NULL, PHOTON_DTYPE_F16), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_write_options_set_seed(NULL, 1), PHOTON_ERR_INVALID_ARGUMENT);
@@ -138,6 +145,9 @@ static void test_null_handling(void) {
   CHECK_STATUS(photon_write_options_set_metadata(NULL, "k", "v"), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_write_options_set_progress(NULL, NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_model_convert(NULL, NULL, NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_model_convert_from(NULL, NULL, NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_model_convert_from("", NULL, "out.photon", NULL),
+               PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_model_init_random(NULL, NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_preset_config(NULL, text, sizeof text, &n), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_config_parameter_count(NULL, &count), PHOTON_ERR_INVALID_ARGUMENT);
@@ -211,6 +221,8 @@ static void test_session_options(void) {
   CHECK_STATUS(photon_session_options_set_seed(options, 42), PHOTON_OK);
   CHECK_STATUS(photon_session_options_set_ignore_eos(NULL, 1), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_session_options_set_ignore_eos(options, 1), PHOTON_OK);
+  CHECK_STATUS(photon_session_options_set_context_shift(NULL, 1), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_session_options_set_context_shift(options, 1), PHOTON_OK);
 
   CHECK_STATUS(photon_session_options_add_stop_string(NULL, "x"), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_session_options_add_stop_string(options, NULL), PHOTON_ERR_INVALID_ARGUMENT);
@@ -256,6 +268,10 @@ static void test_errors(void) {
                                     "/nonexistent-photon-dir/out.photon", NULL),
                PHOTON_ERR_IO);
   CHECK(contains(photon_last_error(), "/nonexistent-photon-dir/"));
+  CHECK_STATUS(photon_model_convert_from("/nonexistent-photon-dir/checkpoint", NULL,
+                                         "/nonexistent-photon-dir/out.photon", NULL),
+               PHOTON_ERR_IO);
+  CHECK(contains(photon_last_error(), "/nonexistent-photon-dir/checkpoint"));
 }
 
 static void test_presets(void) {
@@ -321,6 +337,131 @@ static int count_tokens(void *user_data, int32_t token, const char *piece, size_
   (void)logprob;
   ++*count;
   return 0;
+}
+
+/* The engine's options, NULL handling and argument checks, without a model. */
+static void test_engine_contract(void) {
+  photon_engine_options *options = NULL;
+  photon_request_options *request_options = NULL;
+  double value = -1.0;
+  int32_t token = 0;
+  size_t len = 0;
+  const int32_t prompt[2] = {1, 2};
+
+  photon_engine_free(NULL);
+  photon_engine_options_free(NULL);
+  photon_request_options_free(NULL);
+  photon_request_free(NULL);
+  photon_request_cancel(NULL);
+  CHECK(photon_request_get_state(NULL) == PHOTON_REQUEST_FINISHED);
+  CHECK(photon_request_stop_reason(NULL) == PHOTON_STOP_NONE);
+  CHECK(strcmp(photon_request_error(NULL), "") == 0);
+  CHECK_STATUS(photon_engine_create(NULL, NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK(contains(photon_last_error(), "photon_engine_create"));
+  CHECK_STATUS(photon_engine_start(NULL), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_engine_stop(NULL, PHOTON_ENGINE_DRAIN), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_engine_step(NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_engine_get_stat(NULL, PHOTON_ENGINE_RUNNING, &value),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_engine_submit(NULL, NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_request_wait(NULL, 0), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_request_next_token(NULL, 0, &token, NULL, 0, &len, NULL),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_request_get_stat(NULL, PHOTON_REQUEST_PAUSES, &value),
+               PHOTON_ERR_INVALID_ARGUMENT);
+
+  CHECK_STATUS(photon_engine_options_create(&options), PHOTON_OK);
+  CHECK_STATUS(photon_engine_options_set_max_running(options, 0), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK(contains(photon_last_error(), "max_running must be >= 1, got 0"));
+  CHECK_STATUS(photon_engine_options_set_max_waiting(options, -1), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_engine_options_set_step_tokens(options, 0), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_engine_options_set_max_running(options, 4), PHOTON_OK);
+  CHECK_STATUS(photon_engine_options_set_max_waiting(options, 0), PHOTON_OK);
+  CHECK_STATUS(photon_engine_options_set_memory_budget(options, 1u << 20), PHOTON_OK);
+  CHECK_STATUS(photon_engine_options_set_step_tokens(options, 64), PHOTON_OK);
+  photon_engine_options_free(options);
+
+  CHECK_STATUS(photon_request_options_create(&request_options), PHOTON_OK);
+  CHECK_STATUS(photon_request_options_set_max_tokens(request_options, -2),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK(contains(photon_last_error(), "max_tokens"));
+  CHECK_STATUS(photon_request_options_set_prompt(request_options, NULL, 2),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_request_options_set_prompt(request_options, prompt, 2), PHOTON_OK);
+  CHECK_STATUS(photon_request_options_set_prompt_text(request_options, "hi", 2, 1), PHOTON_OK);
+  CHECK_STATUS(photon_request_options_set_state(request_options, NULL, 3),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_request_options_set_session_options(request_options, NULL),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_request_options_set_callback(request_options, NULL, NULL), PHOTON_OK);
+  photon_request_options_free(request_options);
+}
+
+/* An engine stepped by this thread: a text prompt, pulled tokens, statistics and the state. */
+static void test_engine_round_trip(photon_model *model) {
+  photon_engine *engine = NULL;
+  photon_request_options *o = NULL;
+  photon_request *request = NULL, *second = NULL;
+  int32_t left = -1, token = 0, pulled = 0, steps = 0;
+  size_t len = 0, state_size = 0;
+  float logprob = 1.0f;
+  double value = -1.0;
+  char piece[64];
+  const char *prompt = "hello world";
+
+  CHECK_STATUS(photon_engine_create(model, NULL, &engine), PHOTON_OK);
+  if (engine == NULL) return;
+  CHECK_STATUS(photon_request_options_create(&o), PHOTON_OK);
+  CHECK_STATUS(photon_request_options_set_prompt_text(o, prompt, strlen(prompt), 1), PHOTON_OK);
+  CHECK_STATUS(photon_request_options_set_max_tokens(o, 6), PHOTON_OK);
+  CHECK_STATUS(photon_engine_submit(engine, o, &request), PHOTON_OK);
+  CHECK(photon_request_get_state(request) == PHOTON_REQUEST_WAITING);
+  CHECK_STATUS(photon_request_next_token(request, 0, &token, piece, sizeof piece, &len, NULL),
+               PHOTON_ERR_TIMEOUT);
+  CHECK_STATUS(photon_request_wait(request, 0), PHOTON_ERR_TIMEOUT);
+  CHECK_STATUS(photon_request_save(request, NULL, 0, &state_size), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK(contains(photon_last_error(), "has not finished"));
+  do {
+    CHECK_STATUS(photon_engine_step(engine, &left), PHOTON_OK);
+  } while (left > 0 && ++steps < 100);
+  CHECK(left == 0);
+  CHECK(photon_request_get_state(request) == PHOTON_REQUEST_FINISHED);
+  CHECK(photon_request_stop_reason(request) == PHOTON_STOP_LENGTH ||
+        photon_request_stop_reason(request) == PHOTON_STOP_EOS);
+  CHECK(photon_request_status(request) == PHOTON_OK);
+  for (;;) {
+    CHECK_STATUS(photon_request_next_token(request, 0, &token, piece, sizeof piece, &len, &logprob),
+                 PHOTON_OK);
+    if (token < 0) break;
+    CHECK(logprob <= 0.0f && len < sizeof piece && ++pulled <= 6);
+  }
+  CHECK_STATUS(photon_request_get_stat(request, PHOTON_REQUEST_GENERATED_TOKENS, &value),
+               PHOTON_OK);
+  CHECK(value == (double)pulled);
+  CHECK_STATUS(photon_request_get_stat(request, PHOTON_REQUEST_QUEUE_SECONDS, &value), PHOTON_OK);
+  CHECK(value >= 0.0);
+  CHECK_STATUS(photon_request_get_stat(request, (photon_request_stat)99, &value),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_engine_get_stat(engine, PHOTON_ENGINE_FINISHED, &value), PHOTON_OK);
+  CHECK(value == 1.0);
+  CHECK_STATUS(photon_engine_get_stat(engine, (photon_engine_stat)99, &value),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_request_save(request, NULL, 0, &state_size), PHOTON_ERR_BUFFER_TOO_SMALL);
+  CHECK(state_size > 0);
+
+  /* A request with a callback cannot be pulled from; a worker serves it. */
+  CHECK_STATUS(photon_request_options_set_callback(o, count_tokens, &pulled), PHOTON_OK);
+  CHECK_STATUS(photon_engine_start(engine), PHOTON_OK);
+  CHECK_STATUS(photon_engine_submit(engine, o, &second), PHOTON_OK);
+  CHECK_STATUS(photon_request_next_token(second, 0, &token, NULL, 0, &len, NULL),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_request_wait(second, -1), PHOTON_OK);
+  CHECK_STATUS(photon_engine_stop(engine, PHOTON_ENGINE_DRAIN), PHOTON_OK);
+  CHECK_STATUS(photon_engine_stop(engine, PHOTON_ENGINE_DRAIN), PHOTON_ERR_INVALID_ARGUMENT);
+  photon_request_options_free(o);
+  photon_request_free(request);
+  photon_request_free(second);
+  photon_engine_free(engine);
 }
 
 /* A small model written through the C API and used through it. */
@@ -404,6 +545,10 @@ static void test_model_round_trip(const char *scratch_dir) {
   tokens[n] = -1;
   CHECK_STATUS(photon_model_score(model, tokens, n + 1, logprobs), PHOTON_ERR_BAD_TOKEN);
 
+  /* The embedded tokenizer, asked for its size first. */
+  CHECK_STATUS(photon_model_tokenizer_model(model, NULL, 0, &needed), PHOTON_ERR_BUFFER_TOO_SMALL);
+  CHECK(needed > 256);
+
   /* A session: prefill, generate, history. */
   CHECK_STATUS(photon_session_create(model, NULL, &session), PHOTON_OK);
   if (session != NULL) {
@@ -431,6 +576,7 @@ static void test_model_round_trip(const char *scratch_dir) {
     CHECK(photon_session_stop_reason(session) != PHOTON_STOP_CANCELLED);
     photon_session_free(session);
   }
+  test_engine_round_trip(model);
   photon_model_free(model);
   remove(path);
 }
@@ -443,6 +589,7 @@ int main(int argc, char **argv) {
   test_write_options();
   test_errors();
   test_presets();
+  test_engine_contract();
   if (argc > 1) test_model_round_trip(argv[1]);
   printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;

@@ -4,7 +4,7 @@
 usage: test_cli.py --photon BIN --work-dir DIR GROUP
 
 GROUP is `setup` (writes the models the other groups use) or one of usage, errors, inspect,
-convert, score, generate, interrupt, resume, bench, device. Standard library only. Prints "N passed,
+convert, tokenizer, score, windows, generate, interrupt, resume, bench, device. Standard library only. Prints "N passed,
 N failed" and exits non-zero when a check failed.
 """
 
@@ -223,7 +223,10 @@ def group_errors():
                    "generate", "context")
     context = inspect_json(m)["context_length"]
     too_long = ",".join(["5"] * (context + 1))
-    expect_failure(photon("score", "-m", m, "--tokens", too_long), 1, "score", "context")
+    expect_failure(photon("score", "-m", m, "--tokens", too_long, "--stride", context), 2,
+                   "score", "--stride")
+    expect_failure(photon("score", "-m", m, "--tokens", "1,2", "--stride", 0), 2, "score",
+                   "--stride")
     expect_failure(photon("generate", "-m", m, "--tokens", too_long), 1, "generate", "context")
     expect_failure(photon("generate", "-m", model("vanilla-small"), "--mode", "recgen", "-p", "a"),
                    1, "generate", "UNSUPPORTED")
@@ -323,19 +326,46 @@ TINY_CONFIG = {
 }
 
 
-def npy_bytes(raw, shape):
-    """A float32 little-endian .npy file holding `raw` (the values' bytes)."""
+def npy_bytes(raw, shape, descr="<f4", fortran=False):
+    """A little-endian .npy file holding `raw` (the values' bytes, in the order `fortran` says)."""
     dims = "(%s)" % ("".join("%d," % d for d in shape) if len(shape) == 1
                      else ", ".join(str(d) for d in shape))
-    header = "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }" % dims
+    header = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (descr, fortran, dims)
     header += " " * (63 - (10 + len(header)) % 64) + "\n"
     return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + raw
 
 
-def write_npz(path, arrays):
+def write_npz(path, arrays, descr="<f4", fortran=()):
+    """arrays: name -> (row-major bytes, shape); the arrays named in `fortran` are stored
+    column-major, as numpy.asfortranarray saves them."""
+    size = int(descr[2:])
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
         for name, (raw, shape) in arrays.items():
-            archive.writestr(name + ".npy", npy_bytes(raw, shape))
+            if name in fortran and len(shape) == 2:
+                rows, cols = shape
+                raw = b"".join(raw[(r * cols + c) * size:(r * cols + c + 1) * size]
+                               for c in range(cols) for r in range(rows))
+            archive.writestr(name + ".npy", npy_bytes(raw, shape, descr, name in fortran))
+
+
+def model_arrays(path):
+    """A model file's tensors as they are stored: name -> (bytes, shape), and their dtypes."""
+    info = inspect_json(path)
+    arrays, dtypes = {}, set()
+    with open(path, "rb") as f:
+        for tensor in info["file"]["tensors"]:
+            f.seek(tensor["offset"])
+            arrays[tensor["name"]] = (f.read(tensor["bytes"]), tensor["shape"])
+            dtypes.add(tensor["dtype"])
+    return arrays, dtypes
+
+
+def patch_float(path, info, tensor_name, element, value):
+    """Overwrites one f32 element of a model file's tensor in place."""
+    tensor = next(t for t in info["file"]["tensors"] if t["name"] == tensor_name)
+    with open(path, "r+b") as f:
+        f.seek(tensor["offset"] + 4 * element)
+        f.write(struct.pack("<f", value))
 
 
 def score(path, tokens):
@@ -399,6 +429,59 @@ def group_convert():
     expect_failure(photon("convert", "--config", config, "--weights", weights, "-o", bad), 1,
                    "convert", "enc.2.chunker.proj.bias")
     check(not os.path.exists(bad), "a failed convert leaves no file")
+
+    # Arrays saved in Fortran (column-major) order are reordered, not refused.
+    matrices = [name for name, (_, shape) in arrays.items() if len(shape) == 2]
+    write_npz(weights, arrays, fortran=matrices)
+    columns = os.path.join(WORK, "tiny-fortran.photon")
+    expect_ok(photon("convert", "--config", config, "--weights", weights, "-o", columns))
+    check(score(columns, tokens) == original,
+          "a model converted from Fortran-order arrays scores as the original")
+
+    # Non-finite weights, and weights that overflow the storage type, are refused by name.
+    nan_head = dict(arrays)
+    raw, shape = arrays["lm_head"]
+    nan_head["lm_head"] = (raw[:4 * 21] + struct.pack("<f", float("nan")) + raw[4 * 22:], shape)
+    write_npz(weights, nan_head)
+    expect_failure(photon("convert", "--config", config, "--weights", weights, "-o", bad), 1,
+                   "convert", "tensor 'lm_head' holds nan at [%d, %d] (element 21)"
+                   % (21 // shape[1], 21 % shape[1]))
+    big = dict(arrays)
+    raw, shape = arrays["tok_emb_enc"]
+    big["tok_emb_enc"] = (struct.pack("<f", 1e6) + raw[4:], shape)
+    write_npz(weights, big)
+    failed = photon("convert", "--config", config, "--weights", weights, "--dtype", "f16",
+                    "-o", bad)
+    expect_failure(failed, 1, "convert", "PHOTON_ERR_NOT_FINITE")
+    check("'tok_emb_enc' holds 1e+06 at [0, 0]" in failed.err and "overflows f16" in failed.err,
+          "the overflow names the tensor, the element and the type: " + failed.err)
+    check(not os.path.exists(bad), "a refused convert leaves no file")
+    expect_ok(photon("convert", "--config", config, "--weights", weights, "--dtype", "bf16",
+                     "-o", bad))
+    os.remove(bad)
+
+    # A file made by other means: --verify reads every weight; the engine refuses a NaN logit.
+    hand_made = os.path.join(WORK, "tiny-nan.photon")
+    with open(converted, "rb") as f, open(hand_made, "wb") as g:
+        g.write(f.read())
+    patch_float(hand_made, again, "lm_head", 5, float("nan"))
+    expect_ok(photon("inspect", hand_made))
+    expect_failure(photon("inspect", hand_made, "--verify"), 1, "inspect",
+                   "tensor 'lm_head' holds nan at [0, 5] (element 5)")
+    verified = photon("inspect", converted, "--verify", "--json")
+    check(verified.rc == 0 and json.loads(verified.out).get("verified") is True,
+          "--verify passes a converted model\n" + verified.describe())
+    human = photon("inspect", converted, "--verify")
+    check(human.rc == 0 and "verified" in human.out, "--verify says so\n" + human.describe())
+    # Every logit depends on every row of lm_head through the softmax: any position fails.
+    for mode in ("hiergen", "recgen"):
+        expect_failure(photon("generate", "-m", hand_made, "--tokens", "1,2,3", "-n", 4,
+                              "--mode", mode, "--json"), 1, "generate", "PHOTON_ERR_NOT_FINITE")
+    expect_failure(photon("score", "-m", hand_made, "--tokens", "1,2,3"), 1, "score",
+                   "PHOTON_ERR_NOT_FINITE")
+    patch_float(hand_made, again, "lm_head", 5, 0.0)
+    expect_failure(photon("inspect", hand_made, "--verify"), 1, "inspect", "PHOTON_ERR_CORRUPT")
+
     extra = dict(arrays)
     extra["surplus"] = (b"\0" * 16, [4])
     write_npz(weights, extra)
@@ -409,7 +492,66 @@ def group_convert():
                               entry, "-o", bad), 2, "convert", "--meta")
     expect_failure(photon("convert", "--config", config, "--weights", weights, "--tokenizer",
                           os.path.join(WORK, "no-such.model"), "-o", bad), 1, "convert")
-    for path in [source, converted, half, weights]:
+    for path in [source, converted, half, weights, columns, hand_made]:
+        os.remove(path)
+
+
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHIPPED = os.path.join(SOURCE, "models", "photon-kjv.photon")
+SHIPPED_TOKENIZER = os.path.join(SOURCE, "models", "tokenizer.model")
+
+
+def group_tokenizer():
+    """The shipped model's tokenizer: extracted, it equals models/tokenizer.model, and converting
+    the shipped weights with it gives a model that scores exactly as the shipped one; without it
+    the ids change, and replacing the model file says so."""
+    extracted = os.path.join(WORK, "kjv-tokenizer.model")
+    result = photon("inspect", SHIPPED, "--extract-tokenizer", extracted)
+    expect_ok(result)
+    check(result.out == "" and extracted in result.err, "one line on stderr\n" + result.describe())
+    with open(extracted, "rb") as f, open(SHIPPED_TOKENIZER, "rb") as g:
+        check(f.read() == g.read(), "models/tokenizer.model is the shipped model's tokenizer")
+    expect_failure(photon("inspect", SHIPPED, "--extract-tokenizer",
+                          os.path.join(WORK, "no-such-dir", "t.model")), 1, "inspect",
+                   "no-such-dir")
+
+    # The shipped weights as an npz (f16, as stored) with the configuration.
+    info = inspect_json(SHIPPED)
+    arrays, dtypes = model_arrays(SHIPPED)
+    check(dtypes == {"f16"}, "the shipped model is f16: %s" % dtypes)
+    weights = os.path.join(WORK, "kjv.npz")
+    write_npz(weights, arrays, descr="<f2")
+    config = os.path.join(WORK, "kjv.json")
+    with open(config, "w") as f:
+        json.dump(info["config"], f)
+    text = os.path.join(WORK, "kjv.txt")
+    with open(text, "w") as f:
+        f.write("In the beginning God created the heaven and the earth. And the earth was "
+                "without form, and void; and darkness was upon the face of the deep.\n")
+    shipped = json.loads(photon("score", "-m", SHIPPED, "-f", text, "--json").out)
+
+    copy = os.path.join(WORK, "kjv.photon")
+    expect_ok(photon("convert", "--config", config, "--weights", weights, "--dtype", "f16",
+                     "--tokenizer", extracted, "-o", copy))
+    again = json.loads(photon("score", "-m", copy, "-f", text, "--json").out)
+    check(again["tokens"] == shipped["tokens"] and again["logprobs"] == shipped["logprobs"],
+          "re-converted with the extracted tokenizer, the shipped weights score as shipped "
+          "(perplexity %s, shipped %s)" % (again["perplexity"], shipped["perplexity"]))
+
+    # The built-in tokenizer gives other ids: the replaced file's tokenizer differed, so a
+    # warning says so (the conversion itself succeeds: the ids are the caller's business).
+    replaced = photon("convert", "--config", config, "--weights", weights, "--dtype", "f16",
+                      "-o", copy)
+    expect_ok(replaced)
+    check("warning" in replaced.err and "another tokenizer" in replaced.err,
+          "replacing a model made with another tokenizer warns\n" + replaced.describe())
+    wrong = json.loads(photon("score", "-m", copy, "-f", text, "--json").out)
+    check(wrong["tokens"] != shipped["tokens"], "the built-in tokenizer's ids differ")
+    same = photon("convert", "--config", config, "--weights", weights, "--dtype", "f16",
+                  "-o", copy)
+    check(same.rc == 0 and "warning" not in same.err,
+          "replacing a model made with the same tokenizer does not warn\n" + same.describe())
+    for path in [extracted, weights, copy]:
         os.remove(path)
 
 
@@ -460,6 +602,60 @@ def group_score():
               "hiergen logprobs %s == scores %s" % (generated["logprobs"], expected))
 
 
+def windows(n, context, stride):
+    """The sliding windows of photon_score_options_set_stride: (begin, first scored, end)."""
+    out = [(0, 0, min(n, context))]
+    while out[-1][2] < n:
+        begin = out[-1][0] + stride
+        out.append((begin, out[-1][2], min(n, begin + context)))
+    return out
+
+
+def group_windows():
+    """Sequences longer than the context are scored in sliding windows; each window's scores
+    equal a separate score of that window's tokens (the documented layout)."""
+    config = os.path.join(WORK, "short-context.json")
+    with open(config, "w") as f:
+        json.dump(dict(TINY_CONFIG, max_seq_len=64), f)
+    m = os.path.join(WORK, "short-context.photon")
+    expect_ok(photon("init", "--config", config, "--seed", 3, "-o", m))
+    tokens = [1] + [3 + (i * 37) % 4000 for i in range(149)]
+    for extra, stride, mode in [([], 32, "hiergen"), (["--stride", 20], 20, "hiergen"),
+                                (["--mode", "recgen", "--prompt-tokens", 5], 32, "recgen")]:
+        what = "%s stride %d" % (mode, stride)
+        result = photon("score", "-m", m, "--tokens", ",".join(map(str, tokens)), "--json",
+                        *extra)
+        if not expect_ok(result):
+            continue
+        whole = json.loads(result.out)
+        layout = windows(len(tokens), 64, stride)
+        check(whole["windows"] == len(layout) and whole["stride"] == stride and
+              whole["context"] == 64 and whole["predicted"] == len(tokens) - 1,
+              what + ": %s windows, stride %s" % (whole["windows"], whole["stride"]))
+        expected = [None] * len(tokens)
+        for begin, first, end in layout:
+            prompt = 5 if begin == 0 else first - begin
+            args = ["--mode", mode, "--prompt-tokens", prompt] if mode == "recgen" else []
+            part = photon("score", "-m", m, "--tokens", ",".join(map(str, tokens[begin:end])),
+                          "--json", *args)
+            if expect_ok(part):
+                logprobs = json.loads(part.out)["logprobs"]
+                expected[first:end] = logprobs[first - begin:]
+        check(whole["logprobs"] == expected, what + ": windows scored one by one differ")
+        nll = -sum(whole["logprobs"][1:])
+        check(abs(whole["nll"] - nll) < 1e-6 * nll and
+              abs(whole["perplexity"] - math.exp(nll / (len(tokens) - 1))) <
+              1e-6 * whole["perplexity"], what + ": nll and perplexity over every token")
+    table = photon("score", "-m", m, "--tokens", ",".join(map(str, tokens)))
+    check(table.rc == 0 and "windows 4 of 64 tokens, stride 32" in table.out,
+          "the table's summary names the windows\n" + table.describe())
+    short = score(m, tokens[:64])
+    check(short is not None and short["windows"] == 1 and short["stride"] is None,
+          "a sequence within the context is one window")
+    expect_failure(photon("score", "-m", m, "--tokens", ",".join(map(str, tokens)), "--stride",
+                          64), 2, "score", "--stride")
+
+
 def group_generate():
     m = model("photon-small")
     info = inspect_json(m)
@@ -501,6 +697,21 @@ def group_generate():
     text, out = generate("-p", "Hello world", "-n", 6)
     check(text.startswith("Hello world"), "-p echoes the prompt: %r" % text)
     check(out.get("prompt_tokens", 0) >= 2, "the prompt gets BOS")
+    check(text == "Hello world" + out.get("text", "?"),
+          "the JSON's text is the generated text: %r, %r" % (text, out.get("text")))
+    piped = photon("generate", "-m", m, "-p", "-", "-n", 6, "--json", stdin=b"Hello world")
+    check(piped.rc == 0 and split_generate(piped) == (text, out),
+          "-p - reads the prompt from stdin\n" + piped.describe())
+
+    # stdout and stderr into one file: the completion's newline comes before the summary.
+    proc = subprocess.run([PHOTON, "generate", "-m", m, "--tokens", "1,2,3", "-n", "4",
+                           "--ignore-eos"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          env=clean_env())
+    combined = proc.stdout.decode("utf-8", "replace")
+    start = combined.rfind("photon generate: ")
+    check(proc.returncode == 0 and start > 0 and combined[start - 1] == "\n" and
+          combined.endswith("\n") and "\n" not in combined[start:-1],
+          "the summary is a line of its own after the text: %r" % combined)
 
     _, out = generate("--tokens", "1,2,3", "-n", 50, "--ctx", 8, "--ignore-eos")
     check(out.get("stop_reason") == "context_full" and len(out.get("tokens", [])) == 5,
@@ -515,6 +726,23 @@ def group_generate():
         check(stopped.get("stop_reason") == "stop_string", "--stop %r: %s" % (stop, stopped))
         check(stopped.get("tokens") == out["tokens"][:len(stopped.get("tokens", []))],
               "a stopped completion is a prefix of the full one")
+
+    # --context-shift: past a full --ctx, as a run prompted with the last half of the history.
+    sampling = ["--ignore-eos", "--temperature", 0.9, "--seed", 3, "--ctx", 16]
+    _, shifted = generate("--tokens", "1,2,3", "-n", 30, "--context-shift", *sampling)
+    expected, logprobs, prompt = [], [], [1, 2, 3]
+    while len(expected) < 30:
+        _, part = generate("--tokens", ",".join(map(str, prompt)), "-n", 30 - len(expected),
+                           *sampling)
+        expected += part.get("tokens", [])
+        logprobs += part.get("logprobs", [])
+        if part.get("stop_reason") != "context_full":
+            break
+        prompt = (prompt + part["tokens"])[-8:]
+    check(len(expected) == 30 and shifted.get("tokens") == expected and
+          shifted.get("logprobs") == logprobs and shifted.get("stop_reason") == "length",
+          "--context-shift equals prompting anew with the last half: %s vs %s" % (shifted,
+                                                                                  expected))
 
     human = photon("generate", "-m", m, "--tokens", "1,2,3", "-n", 4, "--ignore-eos")
     expect_ok(human)
@@ -719,13 +947,13 @@ def group_device():
     if cuda.rc == 0:
         check(split_generate(cuda)[1].get("device", "").startswith("cuda:"), "runs on a GPU")
     else:
-        named = [w for w in ("no CUDA build", "no CUDA runtime", "no CUDA driver",
+        named = [w for w in ("no CUDA module", "no CUDA runtime", "no CUDA driver",
                              "no CUDA device") if w in cuda.err]
         expect_failure(cuda, 1, "generate", "PHOTON_ERR_DEVICE")
         check(len(named) == 1, "the message names what is missing: " + cuda.err)
     missing = photon("score", "-m", m, "--tokens", "1,2,3", "--device", "cuda",
                      env=clean_env(PHOTON_CUDA_MODULE="/nonexistent/libphoton-cuda.so"))
-    expect_failure(missing, 1, "score", "no CUDA build")
+    expect_failure(missing, 1, "score", "no CUDA module")
     expect_failure(photon("generate", "-m", m, *prompt, "--device", "gpu"), 2, "generate",
                    "--device")
     expect_failure(photon("score", "-m", m, "--tokens", "1,2", "--device", "cuda:x"), 2, "score",
@@ -742,6 +970,7 @@ GROUPS = {
     "device": group_device,
     "resume": group_resume,
     "setup": group_setup, "usage": group_usage, "errors": group_errors,
+    "tokenizer": group_tokenizer, "windows": group_windows,
     "inspect": group_inspect, "convert": group_convert, "score": group_score,
     "generate": group_generate, "interrupt": group_interrupt,
 }

@@ -1,4 +1,4 @@
-// The hand-made corpus of damaged inputs (issue 8): every field of the model-file and
+// The hand-made corpus of damaged inputs (docs/security.md): every field of the model-file and
 // session-state formats damaged on its own, each refused with its own status and message, or,
 // where a field holds no invariant a reader could check, accepted and still usable.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
-// Failure injection (issue 8): the Nth host allocation fails, for every N, through model load,
-// session create, prefill, generate (single, batched and pull), save, restore, tokenization,
+// Failure injection (docs/security.md): the Nth host allocation fails, for every N, through model
+// load, session create, prefill, generate (single, batched and pull), save, restore, tokenization,
 // scoring and model writing. Every such call must return a status (PHOTON_ERR_OUT_OF_MEMORY), never
 // abort, and leave its objects usable: a failed call followed by the same call without the failure
 // must give exactly what an undisturbed run gives; or, for a session that failed in the middle of
@@ -8,7 +8,7 @@
 // (which also checks that reporting an error does not itself need memory).
 //
 // Host allocations only: the global operator new of this executable is replaced. malloc from C
-// code (zlib, OpenBLAS, libomp) is not injected, and no GPU backend exists to inject into.
+// code (zlib, libomp) is not injected, and no GPU backend exists to inject into.
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <gtest/gtest.h>
@@ -650,6 +650,67 @@ TEST_P(FailureInjection, WriteARandomModel) {
     EXPECT_EQ(std::filesystem::exists(out), status == PHOTON_OK) << call;
     EXPECT_FALSE(std::filesystem::exists(out + ".tmp")) << call;
     std::filesystem::remove(out);
+    return fired;
+  });
+}
+
+// The serving engine: an allocation failing during a step ends only the requests that step was
+// working on, each with PHOTON_STOP_ERROR, PHOTON_ERR_OUT_OF_MEMORY and a message (a batched
+// decode step works on every running request at once); a request the step did not touch, and one
+// submitted afterwards, get exactly their undisturbed tokens.
+TEST_P(FailureInjection, EngineStep) {
+  const SessionCase* cases[] = {&kSessionCases[0], &kSessionCases[1], &kSessionCases[0]};
+  const std::vector<int32_t> expected[] = {reference(*cases[0]), reference(*cases[1])};
+  every_allocation(10, [&](long n) {
+    photon_engine_options* eo = nullptr;
+    photon_engine_options_create(&eo);
+    photon_engine_options_set_max_running(eo, 2);
+    photon_engine* engine = nullptr;
+    EXPECT_EQ(photon_engine_create(models_[kPhoton], eo, &engine), PHOTON_OK);
+    photon_engine_options_free(eo);
+    Stream got[4];
+    photon_request* requests[4] = {};
+    const auto submit = [&](int i) {
+      const SessionCase& c = *cases[i % 3];
+      photon_request_options* o = nullptr;
+      photon_request_options_create(&o);
+      photon_session_options* so = options_for(c);
+      photon_request_options_set_session_options(o, so);
+      photon_session_options_free(so);
+      photon_request_options_set_prompt(o, prompt_.data(), prompt_.size());
+      photon_request_options_set_max_tokens(o, kGenerate);
+      got[i].tokens.reserve(kGenerate);  // the callback allocates nothing under the injection
+      photon_request_options_set_callback(o, collect, &got[i]);
+      EXPECT_EQ(photon_engine_submit(engine, o, &requests[i]), PHOTON_OK) << photon_last_error();
+      photon_request_options_free(o);
+    };
+    for (int i = 0; i < 3; ++i) submit(i);  // the third waits: two run at a time
+    for (int step = 0; step < 2; ++step) EXPECT_EQ(photon_engine_step(engine, nullptr), PHOTON_OK);
+    Injection injection(n, GetParam());
+    const photon_status status = photon_engine_step(engine, nullptr);
+    const bool fired = injection.stop();
+    const std::string call = what("engine step", n, GetParam());
+    expect_status(status, fired, call);
+    submit(3);
+    int32_t left = 1;
+    for (int step = 0; left > 0 && step < 1000; ++step)
+      EXPECT_EQ(photon_engine_step(engine, &left), PHOTON_OK)
+          << call << ": " << photon_last_error();
+    EXPECT_EQ(left, 0) << call;
+    for (int i = 0; i < 4; ++i) {
+      photon_request* r = requests[i];
+      EXPECT_EQ(photon_request_get_state(r), PHOTON_REQUEST_FINISHED) << call << ", request " << i;
+      if (photon_request_stop_reason(r) == PHOTON_STOP_ERROR) {
+        EXPECT_TRUE(fired) << call << ", request " << i;
+        EXPECT_LT(i, 2) << call << ": request " << i << " was not in the failed step";
+        EXPECT_EQ(photon_request_status(r), PHOTON_ERR_OUT_OF_MEMORY) << call;
+        EXPECT_NE(std::string(photon_request_error(r)), "") << call;
+      } else {
+        EXPECT_EQ(got[i].tokens, expected[i % 3 == 1 ? 1 : 0]) << call << ", request " << i;
+      }
+      photon_request_free(r);
+    }
+    photon_engine_free(engine);
     return fired;
   });
 }

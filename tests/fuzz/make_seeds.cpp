@@ -5,10 +5,15 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
 
+#include "../unit/safetensors_util.h"
 #include "core/config.h"
 #include "core/dtype.h"
 #include "damage_cases.h"
+#include "format/hf_config.h"
 #include "fuzz_common.h"
 
 namespace {
@@ -267,6 +272,88 @@ void convert_seeds(const fs::path& root) {
   }
 }
 
+// ---- safetensors and Hugging Face checkpoints ---------------------------------------------------
+
+nlohmann::json hf_llama(bool tied) {
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"hidden_size", 4},
+          {"intermediate_size", 6},
+          {"num_hidden_layers", 1},
+          {"num_attention_heads", 2},
+          {"num_key_value_heads", 1},
+          {"vocab_size", 320},  // tests/data/tiny.model
+          {"max_position_embeddings", 32},
+          {"rms_norm_eps", 1e-5},
+          {"rope_theta", 10000.0},
+          {"tie_word_embeddings", tied},
+          {"bos_token_id", 1},
+          {"eos_token_id", 2}};
+}
+
+// The tensors of a configuration under the names `name_of` gives, in `dtype`.
+Bytes checkpoint(const photon::ModelConfig& config, const std::string& dtype,
+                 const std::function<std::string(const std::string&)>& name_of) {
+  std::vector<photon::test::StTensor> tensors;
+  std::set<std::string> written;
+  for (const photon::TensorSpec& spec : photon::expected_tensors(config)) {
+    if (!written.insert(name_of(spec.name)).second) continue;  // tied: one embedding
+    std::vector<float> values(static_cast<size_t>(spec.elements()));
+    for (size_t i = 0; i < values.size(); ++i)
+      values[i] = static_cast<float>(i % 13) * 0.125f - 0.75f;
+    tensors.push_back(photon::test::st_tensor(name_of(spec.name), dtype, spec.shape, values));
+  }
+  return photon::test::st_file(tensors, {{"format", "pt"}});
+}
+
+void safetensors_seeds(const fs::path& root) {
+  SeedDir seeds(root, "safetensors");
+  using photon::test::st_raw;
+  using photon::test::st_tensor;
+  const std::vector<float> v = {0.5f, -1.0f, 2.0f, 0.25f, 0.0f, -0.125f};
+  seeds.add("file-dtypes", 0,
+            photon::test::st_file({st_tensor("a", "F32", {2, 3}, v), st_tensor("b", "F16", {6}, v),
+                                   st_tensor("c", "BF16", {3, 2}, v)},
+                                  {{"format", "pt"}}, 3));
+  seeds.add("file-empty", 0, st_raw("{}", 0));
+  const std::string a = R"("a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]})";
+  seeds.add(
+      "file-overlap", 0,
+      st_raw("{" + a + R"(, "b": {"dtype": "BF16", "shape": [2], "data_offsets": [4, 8]}})", 8));
+  seeds.add("file-duplicate", 0, st_raw("{" + a + ", " + a + "}", 8));
+  seeds.add("file-f64", 0,
+            st_raw(R"({"a": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}})", 8));
+  auto text = [](const std::string& s) { return Bytes(s.begin(), s.end()); };
+  nlohmann::json mistral = hf_llama(false);
+  mistral["architectures"] = {"MistralForCausalLM"};
+  mistral["model_type"] = "mistral";
+  mistral["sliding_window"] = nullptr;
+  nlohmann::json scaled = hf_llama(true);
+  scaled["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  seeds.add("config-llama", 1, text(hf_llama(false).dump()));
+  seeds.add("config-mistral", 1, text(mistral.dump()));
+  seeds.add("config-rope-scaling", 1, text(scaled.dump()));
+  auto pair = [&](const std::string& json, const Bytes& weights) {
+    Bytes input;
+    put16(input, static_cast<uint32_t>(json.size()));
+    input.insert(input.end(), json.begin(), json.end());
+    input.insert(input.end(), weights.begin(), weights.end());
+    return input;
+  };
+  for (const bool tied : {false, true}) {
+    const std::string json = hf_llama(tied).dump();
+    const photon::ModelConfig config = photon::hf_config_from_json(json, "config").config;
+    seeds.add(std::string("convert-llama") + (tied ? "-tied" : ""), 2,
+              pair(json, checkpoint(config, tied ? "F32" : "BF16", [tied](const std::string& n) {
+                     return photon::hf_tensor_name(n, tied);
+                   })));
+  }
+  const photon::ModelConfig sdk = tiny_config(1);  // kTinyVocab: tests/data/tiny.model's pieces
+  seeds.add("convert-sdk-l1", 2,
+            pair(photon::config_to_json(sdk),
+                 checkpoint(sdk, "F16", [](const std::string& n) { return n; })));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -280,5 +367,6 @@ int main(int argc, char** argv) {
   state_seeds(root);
   generate_seeds(root);
   convert_seeds(root);
+  safetensors_seeds(root);
   return 0;
 }

@@ -6,13 +6,19 @@
 
 `cmake --install` into a scratch prefix, which is then copied to a directory outside the
 repository and removed, so that only the copy can work. No installed file may name the build
-tree, the source tree or the first prefix (RPATHs and archive members included). Then, from
+tree, the source tree or the first prefix (RPATHs and archive members included), and the
+library exports the functions of photon.h and nothing else (exported_symbols.py). Then, from
 directories outside the repository, with an environment that names nothing of the build tree,
 each language's example is built against the copy as a user would (C: pkg-config; C and C++:
 find_package(photon); Python: the wheel in a fresh virtual environment; Java: the jar and pom
 installed into a local Maven repository; C#: Photon.dll with mono; Go: the module through a
 replace directive) and run on the installed model: callback, iterator, save, restore. They
 sample with the same seed, so every language must print the same completion.
+
+The GPU module: with --cuda (a CUDA build) lib/libphoton-cuda.so is installed and packed into
+the wheel and the jar, and a model asked for "cuda" from the CLI, Python and Java finds it
+without any environment variable: it loads, or fails naming the CUDA runtime, the driver or the
+device, never the module. Without --cuda they all say that the module is missing.
 """
 import argparse
 import os
@@ -23,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+
+import exported_symbols
 
 PROMPT = "In the beginning"
 TOKENS_PER_STEP = "8"
@@ -42,10 +50,17 @@ def run(command, cwd, env, timeout=600):
     return result
 
 
-def check_layout(prefix, languages):
+CUDA_MODULE = "libphoton-cuda.so"
+# How a failed GPU load starts its message when the module was found (photon_model_load).
+FOUND_MODULE = ("no CUDA runtime", "no CUDA driver", "no CUDA device")
+
+
+def check_layout(prefix, languages, cuda):
     expected = ["include/photon.h", "lib/libphoton.so.0", "lib/pkgconfig/photon.pc",
                 "lib/cmake/photon/photonConfig.cmake", "bin/photon",
                 "share/photon/models/photon-kjv.photon"]
+    if cuda:
+        expected.append(f"lib/{CUDA_MODULE}")
     per_language = {
         "python": ["share/photon/python"],
         "java": ["share/java/photon.jar", "share/java/photon.pom"],
@@ -57,9 +72,32 @@ def check_layout(prefix, languages):
     missing = [path for path in expected if not (prefix / path).exists()]
     if missing:
         raise Failure(f"not installed under {prefix}: {missing}")
+    packed = {"python": (list((prefix / "share/photon/python").glob("*.whl")),
+                         f"photon/{CUDA_MODULE}"),
+              "java": ([prefix / "share/java/photon.jar"], f"com/photon/native/{CUDA_MODULE}")}
+    for language, (archives, member) in packed.items():
+        if language not in languages:
+            continue
+        for archive in archives:
+            with zipfile.ZipFile(archive) as contents:
+                if (member in contents.namelist()) != cuda:
+                    raise Failure(f"{archive} {'lacks' if cuda else 'has'} {member}")
     soname = run(["readelf", "-d", prefix / "lib/libphoton.so.0"], prefix, None).stdout
     if "Library soname: [libphoton.so.0]" not in soname:
         raise Failure(f"libphoton.so.0 lacks its SONAME:\n{soname}")
+
+
+def check_exports(prefix, source_dir):
+    """The installed library exports the functions of the installed photon.h and nothing else, and
+    the CUDA module, where installed, its entry point alone."""
+    api = exported_symbols.declared(prefix / "include/photon.h")
+    problems = exported_symbols.problems(prefix / "lib/libphoton.so.0", api)
+    module = prefix / "lib/libphoton-cuda.so"
+    if module.exists():
+        entry = exported_symbols.module_entry(source_dir / "src/backend/module.h")
+        problems += exported_symbols.problems(module, entry, "module.h")
+    if problems:
+        raise Failure("\n".join(problems))
 
 
 def contents(path):
@@ -116,6 +154,31 @@ class Consumers:
                           f"{result.stdout}{result.stderr}")
         return result.stdout.strip()
 
+    def gpu_answers(self, languages):
+        """What a model asked for "cuda" says from the CLI, Python and Java: "device cuda:N" or
+        the library's message."""
+        answers = {}
+        result = subprocess.run([self.prefix / "bin/photon", "score", "-m", self.model,
+                                 "--tokens", "1,2", "--device", "cuda"], cwd=self.outside,
+                                env=self.env, capture_output=True, text=True, timeout=600)
+        answers["cli"] = "device cuda" if result.returncode == 0 else result.stderr.strip()
+        if "python" in languages:
+            script = ("import photon, sys\n"
+                      "try:\n"
+                      "    print('device', photon.Model(sys.argv[1], device='cuda').device)\n"
+                      "except photon.PhotonError as error:\n"
+                      "    print(error)\n")
+            answers["python"] = run(["venv/bin/python", "-c", script, self.model],
+                                    self.outside / "python", self.env).stdout.strip()
+        if "java" in languages:
+            app = self.app_dir("java-cuda", self.consumer / "CudaCheck.java")
+            jar = self.prefix / "share/java/photon.jar"
+            run([self.tools["javac"], "-Xlint:all", "-Werror", "-cp", jar, "-d", ".",
+                 "CudaCheck.java"], app, self.env)
+            answers["java"] = run([self.tools["java"], "-cp", f"{jar}:.", "CudaCheck",
+                                   self.model], app, self.env).stdout.strip()
+        return answers
+
     def c_pkg_config(self):
         app = self.app_dir("c-pkg-config", self.examples / "c/stream.c")
         env = dict(self.env, PKG_CONFIG_PATH=str(self.prefix / "lib/pkgconfig"))
@@ -164,6 +227,12 @@ class Consumers:
                        "print(t.parse(sys.argv[1]).find('{*}version').text)",
                        self.prefix / "share/java/photon.pom"], app, self.env).stdout.strip()
         jar = app / f"m2/com/photon/photon/{version}/photon-{version}.jar"
+        # README's route without Maven's install plugin (offline): Maven's local repository is
+        # plain directories, and the two files go where install-file puts them.
+        for installed, name in ((self.prefix / "share/java/photon.jar", f"photon-{version}.jar"),
+                                (self.prefix / "share/java/photon.pom", f"photon-{version}.pom")):
+            if (jar.parent / name).read_bytes() != installed.read_bytes():
+                raise Failure(f"install-file did not put {installed} at {jar.parent / name}")
         run([self.tools["javac"], "-Xlint:all", "-Werror", "-cp", jar, "-d", ".", "Stream.java"],
             app, self.env)
         return self.stream([self.tools["java"], "-cp", f"{jar}:.", "Stream"], app)
@@ -196,6 +265,7 @@ def main():
     parser.add_argument("--work-dir", type=pathlib.Path, required=True)
     parser.add_argument("--languages", required=True)
     parser.add_argument("--tool", action="append", default=[], help="NAME=PATH")
+    parser.add_argument("--cuda", action="store_true", help="a build with the GPU module")
     args = parser.parse_args()
     tools = dict(tool.split("=", 1) for tool in args.tool)
     languages = args.languages.split(",")
@@ -211,10 +281,12 @@ def main():
         prefix = outside / "photon"
         shutil.copytree(first_prefix, prefix, symlinks=True)
         shutil.rmtree(first_prefix)
-        check_layout(prefix, languages)
+        check_layout(prefix, languages, args.cuda)
+        check_exports(prefix, args.source_dir)
         check_relocatable(prefix, [args.build_dir.resolve(), args.source_dir.resolve(),
                                    first_prefix.resolve()])
-        print(f"installed, moved to {prefix}, no reference to the build")
+        print(f"installed, moved to {prefix}, no reference to the build, only photon.h's "
+              "functions exported")
 
         consumers = Consumers(args.source_dir.resolve(), prefix, outside, tools)
         for value in consumers.env.values():
@@ -230,6 +302,17 @@ def main():
             print(f"{name}: {completion}")
         if len(set(completions.values())) != 1:
             raise Failure("the languages' completions differ (same model, prompt and seed)")
+
+        for name, answer in consumers.gpu_answers(languages).items():
+            print(f"{name} on cuda: {answer}")
+            if args.cuda:
+                found = answer.startswith("device cuda") or any(
+                    what in answer for what in FOUND_MODULE)
+            else:
+                found = "no CUDA module" in answer
+            if not found:
+                raise Failure(f"{name}: a model on 'cuda' says {answer!r}; expected "
+                              + ("the module to be found" if args.cuda else "'no CUDA module'"))
     except Failure as failure:
         print(f"install_test.py: {failure}", file=sys.stderr)
         return 1

@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """`photon convert --dtype f16|bf16` end to end: the stored tensors must be NumPy's float16 and
-PyTorch's bfloat16 rounding of the npz's float32 weights, bit for bit (NaN: any NaN), for the
-vectors of rounding.py (ties both ways, subnormals, overflow, infinities, NaN, signed zero, values
-across every exponent) and more random ones. A float16 npz holding every f16 bit pattern must
-convert to f32 as NumPy widens it, to f16 unchanged, and to bf16 as PyTorch rounds the widened
-values.
+PyTorch's bfloat16 rounding of the npz's float32 weights, bit for bit, for the vectors of
+rounding.py that fit a model file (ties both ways, subnormals, the largest finite values, signed
+zero, values across every exponent) and more random ones. A float16 npz holding every finite f16
+bit pattern must convert to f32 as NumPy widens it, to f16 unchanged, and to bf16 as PyTorch rounds
+the widened values. Model files hold finite weights only: a NaN or an infinity in the npz, or a
+finite value whose rounding overflows the storage type, must be refused with a message naming the
+tensor and the element.
 
     /usr/bin/python3 tests/reference/test_convert_rounding.py --photon build/bin/photon \
         --work-dir /tmp/w
@@ -86,11 +88,50 @@ def compare(what, dtype, got, want, nan_input):
     return int(wrong.sum())
 
 
-def convert(photon, work_dir, config, weights, dtype):
+def convert_args(photon, work_dir, config, weights, dtype):
     out = os.path.join(work_dir, f"{os.path.basename(weights)}.{dtype}.photon")
-    run([photon, "convert", "--config", config, "--weights", weights, "--dtype", dtype,
-         "--tokenizer", os.path.join(ROOT, "tests", "data", "tiny.model"), "-o", out])
+    return out, [photon, "convert", "--config", config, "--weights", weights, "--dtype", dtype,
+                 "--tokenizer", os.path.join(ROOT, "tests", "data", "tiny.model"), "-o", out]
+
+
+def convert(photon, work_dir, config, weights, dtype):
+    out, args = convert_args(photon, work_dir, config, weights, dtype)
+    run(args)
     return out
+
+
+def f16_finite(bits):
+    return (bits & np.uint16(0x7C00)) != np.uint16(0x7C00)
+
+
+def refusals(photon, work_dir, config, shapes, total):
+    """Number of wrong answers to weights a model file cannot hold."""
+    failures = 0
+    base = np.full(total, 0.5, dtype=np.float32)
+    name = list(shapes)[1]
+    first = int(np.prod(shapes[list(shapes)[0]]))
+    cases = [("nan", np.float32("nan"), ("f32", "f16", "bf16"), "holds nan"),
+             ("inf", np.float32("-inf"), ("f32", "f16", "bf16"), "holds -inf"),
+             ("f16-overflow", np.float32(1e5), ("f16",), "")]
+    for label, value, dtypes, text in cases:
+        values = base.copy()
+        values[first + 3] = value
+        npz = os.path.join(work_dir, f"{label}.npz")
+        write_npz(npz, values, shapes)
+        for dtype in ("f32", "f16", "bf16"):
+            _, args = convert_args(photon, work_dir, config, npz, dtype)
+            result = subprocess.run([str(a) for a in args], capture_output=True, text=True)
+            refused = result.returncode != 0
+            if refused != (dtype in dtypes):
+                print(f"{label} -> {dtype}: {'refused' if refused else 'accepted'}:\n"
+                      f"{result.stderr}")
+                failures += 1
+            elif refused and (f"'{name}'" not in result.stderr or text not in result.stderr or
+                              "PHOTON_ERR_NOT_FINITE" not in result.stderr):
+                print(f"{label} -> {dtype}: the message does not name '{name}' and {text!r}:\n"
+                      f"{result.stderr}")
+                failures += 1
+    return failures
 
 
 def main():
@@ -106,8 +147,11 @@ def main():
     total = sum(int(np.prod(s)) for s in shapes.values())
     failures = 0
 
-    # float32 weights: the rounding vectors, then more of their kind with other random values.
-    bits = np.concatenate([vectors(), vectors(seed=8, n_random=total // 2)])[:total]
+    # float32 weights: the rounding vectors that stay finite in f16 (and so in bf16), then more of
+    # their kind with other random values.
+    bits = np.concatenate([vectors(), vectors(seed=8, n_random=total)])
+    bits = bits[f16_finite(to_f16(f32_from_bits(bits))[0])][:total]
+    assert len(bits) == total
     f32_npz = os.path.join(args.work_dir, "f32.npz")
     arrays = write_npz(f32_npz, f32_from_bits(bits), shapes)
     for dtype, expected in (("f16", to_f16), ("bf16", to_bf16)):
@@ -118,10 +162,11 @@ def main():
                                 stored.get(name, np.zeros(0, np.uint16)),
                                 expected(array.ravel())[0], np.isnan(array.ravel()))
 
-    # float16 weights: every bit pattern, then random ones.
+    # float16 weights: every finite bit pattern, then random finite ones.
     rng = np.random.default_rng(7)
     half = np.concatenate([np.arange(2 ** 16, dtype=np.uint16),
-                           rng.integers(0, 2 ** 16, total - 2 ** 16, dtype=np.uint16)])
+                           rng.integers(0, 2 ** 16, total, dtype=np.uint16)])
+    half = half[f16_finite(half)][:total]
     f16_npz = os.path.join(args.work_dir, "f16.npz")
     arrays = write_npz(f16_npz, half.view(np.float16), shapes)
     for dtype in ("f32", "f16", "bf16"):
@@ -134,7 +179,9 @@ def main():
             failures += compare(f"{name} f16 -> {dtype}", dtype,
                                 stored.get(name, np.zeros(0, want.dtype)), want, np.isnan(widened))
 
-    print(f"{2 * total} f32 and {3 * total} f16 weights converted; {failures} mismatches")
+    failures += refusals(args.photon, args.work_dir, config, shapes, total)
+    print(f"{2 * total} f32 and {3 * total} f16 weights converted, non-finite weights refused; "
+          f"{failures} mismatches")
     return 1 if failures else 0
 
 

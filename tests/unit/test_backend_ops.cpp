@@ -240,7 +240,7 @@ double rounding_bound(double magnitude, int in) {
 
 }  // namespace
 
-// ---- memory ---------------------------------------------------------------------------------------
+// ---- memory -------------------------------------------------------------------------------------
 
 TEST_P(BackendOps, Transfer) {
   std::mt19937 rng(1);
@@ -314,7 +314,7 @@ TEST_P(BackendOps, CopyRows) {
   }
 }
 
-// ---- ops --------------------------------------------------------------------------------------------
+// ---- ops ----------------------------------------------------------------------------------------
 
 TEST_P(BackendOps, Embed) {
   std::mt19937 rng(4);
@@ -373,8 +373,8 @@ struct LinearCase {
 };
 
 TEST_P(BackendOps, Linear) {
-  // Decoding rows, the skinny kernels' limits and the GEMM beyond them, a 300-row prompt (two
-  // GEMMs on a GPU), a wide LM-head-like product, and rows at unaligned offsets.
+  // Decoding rows, the tiles' tails, a 300-row prompt (the CPU's blocked loops; two GEMMs on a
+  // GPU), a wide LM-head-like product, and rows at unaligned offsets.
   const LinearCase cases[] = {{1, 64, 48, 0},  {3, 130, 66, 0},  {17, 256, 100, 0},
                               {33, 96, 80, 0}, {300, 64, 40, 0}, {2, 256, 4000, 0},
                               {5, 52, 96, 1},  {40, 26, 33, 3}};
@@ -426,8 +426,8 @@ TEST_P(BackendOps, Linear) {
 }
 
 TEST_P(BackendOps, LinearGroup) {
-  // Q, K, V-like products of one input: the skinny kernels, the GEMM, two GEMMs on a GPU; one
-  // type for all, or one of each in a group (f32 first: a GPU converts it to bf16).
+  // Q, K, V-like products of one input: one and a few rows, the CPU's blocked loops, two GEMMs on
+  // a GPU; one type for all, or one of each in a group (f32 first: a GPU converts it to bf16).
   const int in = 64, outs[] = {48, 16, 80};
   std::mt19937 rng(7);
   for (int n : {1, 5, 40, 300}) {
@@ -890,7 +890,7 @@ TEST_P(BackendOps, Logprobs) {
   }
 }
 
-// ---- the op contract ------------------------------------------------------------------------------
+// ---- the op contract ----------------------------------------------------------------------------
 
 // Each broken rule is refused with PHOTON_ERR_INTERNAL and a message naming the call and the
 // operand, before anything is computed.

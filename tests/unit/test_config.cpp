@@ -61,7 +61,8 @@ TEST(Config, RefusesInvalidConfigurationsNamingTheField) {
   const std::string stack =
       R"({"layers": 1, "heads": 2, "kv_heads": 2, "head_dim": 4, "ffn_dim": 8})";
   auto photon1 = [&](const std::string& level) {
-    return R"({"arch": "photon", "vocab_size": 10, "embed_dim": 4, "token_dim": 8, "max_seq_len": 16, "levels": [)" +
+    return R"({"arch": "photon", "vocab_size": 10, "embed_dim": 4, "token_dim": 8, )"
+           R"("max_seq_len": 16, "levels": [)" +
            level + "]}";
   };
   expect_refused("not json", "not valid JSON");
@@ -76,16 +77,19 @@ TEST(Config, RefusesInvalidConfigurationsNamingTheField) {
       "levels[0].chunk_len");
   expect_refused(
       photon1(
-          R"({"chunk_len": 2, "chunker": "linear", "dim": 8, "prefix_len": 1, "encoder": {"layers": 1, "heads": 3, "kv_heads": 2, "head_dim": 4, "ffn_dim": 8}, "decoder": )" +
+          R"({"chunk_len": 2, "chunker": "linear", "dim": 8, "prefix_len": 1, "encoder": )"
+          R"({"layers": 1, "heads": 3, "kv_heads": 2, "head_dim": 4, "ffn_dim": 8}, "decoder": )" +
           stack + "}"),
       "levels[0].encoder.kv_heads");
   expect_refused(
       photon1(
-          R"({"chunk_len": 2, "chunker": "linear", "dim": 8, "prefix_len": 1, "encoder": {"layers": 1, "heads": 2, "kv_heads": 2, "head_dim": 3, "ffn_dim": 8}, "decoder": )" +
+          R"({"chunk_len": 2, "chunker": "linear", "dim": 8, "prefix_len": 1, "encoder": )"
+          R"({"layers": 1, "heads": 2, "kv_heads": 2, "head_dim": 3, "ffn_dim": 8}, "decoder": )" +
           stack + "}"),
       "head_dim");
   expect_refused(
-      R"({"arch": "vanilla", "vocab_size": 10, "dim": 8, "layers": 1, "heads": 2, "kv_heads": 2, "head_dim": 4, "ffn_dim": 8, "max_seq_len": -3})",
+      R"({"arch": "vanilla", "vocab_size": 10, "dim": 8, "layers": 1, "heads": 2, "kv_heads": 2, )"
+      R"("head_dim": 4, "ffn_dim": 8, "max_seq_len": -3})",
       "max_seq_len");
 }
 

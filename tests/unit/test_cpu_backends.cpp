@@ -1,8 +1,8 @@
 // The per-op test (test_backend_ops.cpp) for the CPU backend's kernel sets that this build has:
 // the portable set is the oracle, checked against double precision; AVX2 and AVX-512 give its
 // bits on every op but the products, which agree with it to within f32 rounding
-// (backend/cpu/skinny_gemm.h), and AVX-512 gives AVX2's bits wherever both take their skinny
-// kernels. A set this processor lacks skips, saying so.
+// (backend/cpu/skinny_gemm.h), and AVX-512 gives AVX2's bits on every op. A set this processor
+// lacks skips, saying so.
 #include <memory>
 #include <vector>
 
@@ -26,11 +26,8 @@ Tolerance against_portable(Op op, DType, int64_t) {
   return product(op) ? Tolerance{Tolerance::Kind::Rounding} : Tolerance{Tolerance::Kind::Bits};
 }
 
-// Up to AVX2's skinny limit both sets run their skinny kernels; beyond it AVX2 runs BLAS.
-Tolerance against_avx2(Op op, DType, int64_t rows) {
-  return product(op) && rows > cpu::kernel_functions(CpuKernels::Avx2).max_rows
-             ? Tolerance{Tolerance::Kind::Rounding}
-             : Tolerance{Tolerance::Kind::Bits};
+Tolerance same_bits(Op, DType, int64_t) {
+  return {Tolerance::Kind::Bits};
 }
 
 std::vector<BackendUnderTest> cpu_backends() {
@@ -42,7 +39,7 @@ std::vector<BackendUnderTest> cpu_backends() {
        .tolerance = against_portable,
        .twin_label = "cpu avx2",
        .twin = cpu_with(CpuKernels::Avx2),
-       .twin_tolerance = against_avx2},
+       .twin_tolerance = same_bits},
   };
 }
 

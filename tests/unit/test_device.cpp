@@ -88,12 +88,12 @@ TEST_F(DeviceTest, CpuIsTheDefault) {
   EXPECT_EQ(device, "cpu");
 }
 
-TEST_F(DeviceTest, CudaWithoutTheModuleSaysThereIsNoCudaBuild) {
+TEST_F(DeviceTest, CudaWithoutTheModuleSaysTheModuleIsMissing) {
   setenv("PHOTON_CUDA_MODULE", "/nonexistent/libphoton-cuda.so", 1);
   for (const char* device : {"cuda", "cuda:1"}) {
     ASSERT_EQ(load(device), PHOTON_ERR_DEVICE) << device;
     const std::string message = photon_last_error();
-    EXPECT_EQ(message.rfind("no CUDA build", 0), 0u) << message;
+    EXPECT_EQ(message.rfind("no CUDA module", 0), 0u) << message;
     EXPECT_NE(message.find("/nonexistent/libphoton-cuda.so"), std::string::npos) << message;
   }
 }
@@ -129,7 +129,7 @@ TEST_F(DeviceTest, CudaRunsOrSaysWhatIsMissing) {
     const std::string message = photon_last_error();
     bool named = false;
     for (const char* missing :
-         {"no CUDA build", "no CUDA runtime", "no CUDA driver", "no CUDA device"})
+         {"no CUDA module", "no CUDA runtime", "no CUDA driver", "no CUDA device"})
       named = named || message.rfind(missing, 0) == 0;
     EXPECT_TRUE(named) << message;
   }

@@ -56,6 +56,77 @@ TEST(ModelWriter, RefusesTensorSetsOtherThanTheConfigs) {
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 }
 
+std::vector<float> tensor_values(const ModelFile& file, const std::string& name) {
+  const TensorEntry* t = file.find(name);
+  if (t == nullptr) throw std::runtime_error("no tensor " + name);
+  std::vector<float> values(t->size / dtype_size(t->dtype));
+  convert_to_f32(t->dtype, t->data, values.data(), values.size());
+  return values;
+}
+
+// A tensor whose fill puts `value` at flat element `at`, the rest as ramp_tensors gives them.
+std::vector<WriteTensor> with_value(const ModelConfig& config, size_t tensor, int64_t at,
+                                    float value) {
+  std::vector<WriteTensor> tensors = ramp_tensors(config);
+  tensors[tensor].fill = [fill = tensors[tensor].fill, at, value](float* dst) {
+    fill(dst);
+    dst[at] = value;
+  };
+  return tensors;
+}
+
+TEST(ModelWriter, RefusesNonFiniteValuesNamingTensorAndIndex) {
+  TempDir dir;
+  const std::string path = dir.file("model.photon");
+  const ModelConfig config = tiny_photon();
+  const size_t k = 4;  // a matrix
+  const std::vector<WriteTensor> ramp = ramp_tensors(config);
+  ASSERT_EQ(ramp[k].shape.size(), 2u);
+  const int64_t cols = ramp[k].shape[1];
+  for (const float bad : {NAN, INFINITY, -INFINITY})
+    for (const DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+      WriteOptions options;
+      options.dtype = dtype;
+      const Failure f = write_failure(path, config, with_value(config, k, cols + 1, bad), options);
+      EXPECT_EQ(f.status, PHOTON_ERR_NOT_FINITE) << f.message;
+      EXPECT_NE(f.message.find("'" + ramp[k].name + "'"), std::string::npos) << f.message;
+      EXPECT_NE(f.message.find("at [1, 1] (element " + std::to_string(cols + 1) + ")"),
+                std::string::npos)
+          << f.message;
+      EXPECT_FALSE(fs::exists(path));
+    }
+}
+
+// 1e6 is an f32 and a bf16 number, but above f16's largest (65504): f16 would store infinity.
+// 65519 still rounds to 65504; 65520 rounds to infinity.
+TEST(ModelWriter, RefusesValuesThatOverflowTheStorageType) {
+  TempDir dir;
+  const std::string path = dir.file("model.photon");
+  const ModelConfig config = tiny_photon();
+  WriteOptions options;
+  options.dtype = DType::F16;
+  for (const float big : {1e6f, -65520.0f}) {
+    const Failure f = write_failure(path, config, with_value(config, 0, 3, big), options);
+    EXPECT_EQ(f.status, PHOTON_ERR_NOT_FINITE) << f.message;
+    EXPECT_NE(f.message.find("'tok_emb_enc'"), std::string::npos) << f.message;
+    EXPECT_NE(f.message.find("overflows f16"), std::string::npos) << f.message;
+    EXPECT_NE(f.message.find("(element 3)"), std::string::npos) << f.message;
+  }
+  EXPECT_NO_THROW(
+      write_model_file(path, config, kTokenizer, with_value(config, 0, 3, 65519.0f), options));
+  EXPECT_EQ(tensor_values(*ModelFile::open(path), "tok_emb_enc")[3], 65504.0f);
+
+  options.dtype = DType::BF16;
+  EXPECT_NO_THROW(
+      write_model_file(path, config, kTokenizer, with_value(config, 0, 3, 1e6f), options));
+  const Failure f = write_failure(path, config, with_value(config, 0, 3, 3.4e38f), options);
+  EXPECT_EQ(f.status, PHOTON_ERR_NOT_FINITE) << f.message;
+  EXPECT_NE(f.message.find("overflows bf16"), std::string::npos) << f.message;
+  options.dtype = DType::F32;
+  EXPECT_NO_THROW(
+      write_model_file(path, config, kTokenizer, with_value(config, 0, 3, 3.4e38f), options));
+}
+
 TEST(ModelWriter, RefusesAnInvalidConfig) {
   TempDir dir;
   ModelConfig config = tiny_vanilla();
@@ -115,14 +186,6 @@ TEST(ModelWriter, ProgressRisesToOneAndCancelLeavesTheOldFile) {
   EXPECT_EQ(calls, 3);
   EXPECT_EQ(read_bytes(path), before);
   EXPECT_FALSE(fs::exists(path + ".tmp"));
-}
-
-std::vector<float> tensor_values(const ModelFile& file, const std::string& name) {
-  const TensorEntry* t = file.find(name);
-  if (t == nullptr) throw std::runtime_error("no tensor " + name);
-  std::vector<float> values(t->size / dtype_size(t->dtype));
-  convert_to_f32(t->dtype, t->data, values.data(), values.size());
-  return values;
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {

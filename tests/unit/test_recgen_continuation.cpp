@@ -1,4 +1,4 @@
-// RecGen after generation takes known tokens (issue 17): a continuation is consumed as RecGen
+// RecGen after generation takes known tokens (docs/model.md): a continuation is consumed as RecGen
 // consumes what it sampled, so the log-probabilities a session reports for its prompt, its
 // generated tokens, a known continuation and what it generates after it all equal RecGen scoring
 // of the whole sequence with the first prompt as the prompt (itself checked against the PyTorch

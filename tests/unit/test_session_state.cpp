@@ -1,4 +1,4 @@
-// Sessions (issue 3): saved states resume exactly, refusals are specific and never crash, batched
+// Sessions: saved states resume exactly, refusals are specific and never crash, batched
 // and pull decoding equal single-session decoding, cancellation works across threads, and 8 threads
 // sharing one model give single-threaded results.
 #include <gtest/gtest.h>

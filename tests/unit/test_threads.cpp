@@ -160,7 +160,7 @@ TEST_F(Threads, OneThreadComputesOnTheCallingThreadOnly) {
   photon_model* model = load(path_, 1);
   ASSERT_NE(model, nullptr);
   run_sessions(model, 0, 2, 4);  // first calls: lazily sized buffers, library start-up
-  // Libraries' own idle threads may spin briefly after start-up (OpenBLAS's for about 0.1 s).
+  // Libraries' own idle threads may spin briefly after start-up (OpenMP's, for one).
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const auto wall0 = std::chrono::steady_clock::now();
   const double cpu0 = process_cpu_seconds();

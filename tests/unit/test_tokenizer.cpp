@@ -26,7 +26,7 @@ std::string read_file(const std::string& relative_path) {
 }
 
 const std::string& builtin_file() {
-  static const std::string bytes = read_file("models/tokenizer.model");
+  static const std::string bytes = read_file("src/tokenizer/builtin.model");
   return bytes;
 }
 

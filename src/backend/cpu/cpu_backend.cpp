@@ -63,9 +63,7 @@ WeightMatrix matrix(const Tensor& w) {
 CpuBackend::CpuBackend(int threads, CpuKernels kernels)
     : threads_(threads > 0 ? threads : available_cores()),
       kernels_(kernels),
-      functions_(kernel_functions(kernels)) {
-  use_blas_single_threaded();
-}
+      functions_(kernel_functions(kernels)) {}
 
 std::unique_ptr<Buffer> CpuBackend::allocate(size_t bytes, std::string_view) {
   return std::make_unique<HostBuffer>(this, bytes, memory_);

@@ -1,6 +1,7 @@
-// The CPU backend: host memory, the op files of this folder (linear: skinny kernels and BLAS
-// GEMMs), parallel on the process's thread pool within a thread budget of its own, with one of the
-// vector kernel sets of cpu_features.h. It is the reference every other backend is tested against.
+// The CPU backend: host memory, the op files of this folder (linear: the skinny kernels at every
+// row count), parallel on the process's thread pool within a thread budget of its own, with one
+// of the vector kernel sets of cpu_features.h. It is the reference every other backend is tested
+// against.
 #pragma once
 
 #include <memory>
@@ -20,7 +21,7 @@ class CpuBackend final : public Backend {
   CpuBackend(int threads, CpuKernels kernels);
 
   std::string name() const override { return "cpu"; }
-  // The blocked kernels and BLAS are at speed by a few hundred rows.
+  // The blocked kernels are at speed by a few hundred rows.
   int64_t prefill_pass_rows() const override { return 512; }
   std::unique_ptr<Buffer> allocate(size_t bytes, std::string_view what) override;
 

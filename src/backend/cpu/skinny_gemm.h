@@ -1,15 +1,15 @@
-// Products of a few activation rows with a weight matrix read in its stored type (decoding: one
-// row per session): y[r, o] = sum_k x[r, k] w[o, k]. Each tile of weight rows is read once for all
-// the activation rows and widened in registers, so a bf16 model is never copied to f32 and the
-// weights stream through the cache once per call instead of once per row (GEMV) or being packed
-// whole (GEMM).
+// Products of activation rows with a weight matrix read in its stored type: y[r, o] = sum_k
+// x[r, k] w[o, k], for every row count (one row per session decoding, a prompt's rows, RecGen's
+// sibling windows). Each tile of weight rows is read once for several activation rows and widened
+// in registers, so a bf16 model is never copied to f32; with many rows, cache-blocked loops keep
+// the tiles' operands near the core (skinny_gemm_tiles.h).
 //
 // The order of the arithmetic is fixed, so that a result does not depend on the number of rows,
-// the range of outputs a thread computes or the tile that computed it: for each (r, o), 16 partial
-// sums s[l] += x[r, k] w[o, k] over k = 16 i + l for every whole group of 16 columns (ascending),
-// then the tree ((s[l] + s[l + 8]), then + 4, + 2, + 1) down to one sum, then the remaining columns
-// one at a time. The vector kernels fuse each multiply-add; the portable one need not, so the two
-// agree to within f32 rounding.
+// the range of outputs a thread computes, or the loops and the tile that computed it: for each
+// (r, o), 16 partial sums s[l] += x[r, k] w[o, k] over k = 16 i + l for every whole group of 16
+// columns (ascending), then the tree ((s[l] + s[l + 8]), then + 4, + 2, + 1) down to one sum,
+// then the remaining columns one at a time. The vector kernels fuse each multiply-add; the
+// portable one need not, so the two agree to within f32 rounding.
 //
 // This header is included by the kernel files compiled for wider instruction sets: it must not
 // bring in inline code with external linkage (see skinny_gemm_avx2.cpp).
@@ -40,14 +40,12 @@ struct SkinnyArgs {
 
 using SkinnyKernel = void (*)(const SkinnyArgs&);
 
-// The kernels of one instruction set: the skinny products per weight type, the exact widening of
-// n 16-bit values to f32 (for the GEMM path), and the most rows for which the skinny products beat
-// BLAS's GEMM (any row count gives correct results).
+// The kernels of one instruction set: the skinny products per weight type, and the exact widening
+// of n 16-bit values to f32 (attention over bf16 and f16 KV caches).
 struct SkinnyKernels {
   SkinnyKernel f32, bf16, f16;
   void (*widen_bf16)(const Bf16* src, float* dst, long n);
   void (*widen_f16)(const F16* src, float* dst, long n);
-  int max_rows;
 };
 
 // Plain C++ (any CPU).

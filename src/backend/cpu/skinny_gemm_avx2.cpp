@@ -25,8 +25,10 @@ struct Avx2 : X86Common {
   static constexpr int kLanes = 8;
   // 3 rows x 2 outputs x 2 partial-sum vectors and 2 weight vectors fill the 16 registers.
   static constexpr int kRows = 3, kOutputs = 2;
-  // skinny_blocked's loops ran 15-30% slower at 12-32 rows (this set's limit) on a Zen 5.
-  static constexpr int kBlockedRows = 0;
+  // skinny_blocked's loops ran 15-30% slower at 12-32 rows on a Zen 5; on a Zen 3 (one thread,
+  // f32 and bf16) at 33-47 rows about 7% faster with 256 columns and 3-15% slower with 1,664, at
+  // 64 rows as fast or faster with both.
+  static constexpr int kBlockedRows = 48;
   using Vec = __m256;
 
   static Vec zero() { return _mm256_setzero_ps(); }
@@ -51,13 +53,9 @@ void widen(const W* src, float* dst, long n) {
   for (; i < n; ++i) dst[i] = Avx2::scalar(src + i);
 }
 
-// Beyond 32 rows OpenBLAS's packed GEMM (its AVX2 kernels) is faster than these: photon-600m
-// RecGen at 32 sessions decoded 6% slower and a 200-token prefill ran 20% slower with 256 here.
-constexpr int kMaxRows = 32;
-
 }  // namespace
 
 const SkinnyKernels kSkinnyAvx2 = {skinny<Avx2, float>, skinny<Avx2, Bf16>, skinny<Avx2, F16>,
-                                   widen<Bf16>,         widen<F16>,         kMaxRows};
+                                   widen<Bf16>, widen<F16>};
 
 }  // namespace photon::cpu

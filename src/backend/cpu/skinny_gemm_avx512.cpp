@@ -7,7 +7,7 @@
 // l + 8 first, as the AVX2 kernels add their two vectors: both give the same bits. 16-bit weights
 // are widened exactly and multiplied in f32. AVX512-BF16's dot product would round the activations
 // to bf16 as well, losing the agreement with the f32 engine and the reference that the bf16 files
-// keep (docs/performance.md, issue 14).
+// keep (docs/performance.md, "CPU kernels and threads").
 #include <immintrin.h>
 
 #include <type_traits>
@@ -80,11 +80,6 @@ void widen(const W* src, float* dst, long n) {
 // f32 keeps them up to 15 rows. The bits are the same either way.
 template <class W>
 constexpr int kMinWideRows = std::is_same_v<W, float> ? 16 : 5;
-// With the blocked loops these beat OpenBLAS 0.3.21's GEMM, which a Zen 5 runs with its AVX2
-// kernels, at every row count measured: 300 to 4,096 rows of 1,664 or 4,096 columns ran 20-65%
-// faster (2 threads). Up to 256 rows the unblocked loops already did: photon-600m RecGen at 32
-// sessions decoded 470 against 388 tok/s (docs/performance.md, issue 14).
-constexpr int kMaxRows = 4096;
 
 template <class W, SkinnyKernel SkinnyKernels::*kAvx2>
 void skinny_avx512(const SkinnyArgs& a) {
@@ -96,11 +91,8 @@ void skinny_avx512(const SkinnyArgs& a) {
 
 }  // namespace
 
-const SkinnyKernels kSkinnyAvx512 = {skinny_avx512<float, &SkinnyKernels::f32>,
-                                     skinny_avx512<Bf16, &SkinnyKernels::bf16>,
-                                     skinny_avx512<F16, &SkinnyKernels::f16>,
-                                     widen<Bf16>,
-                                     widen<F16>,
-                                     kMaxRows};
+const SkinnyKernels kSkinnyAvx512 = {
+    skinny_avx512<float, &SkinnyKernels::f32>, skinny_avx512<Bf16, &SkinnyKernels::bf16>,
+    skinny_avx512<F16, &SkinnyKernels::f16>, widen<Bf16>, widen<F16>};
 
 }  // namespace photon::cpu

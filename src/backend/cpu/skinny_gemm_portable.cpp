@@ -12,7 +12,7 @@ namespace {
 struct Portable {
   static constexpr int kLanes = 16;
   static constexpr int kRows = 3, kOutputs = 2;
-  static constexpr int kBlockedRows = 0;  // as the AVX2 kernels' shape: not at up to 32 rows
+  static constexpr int kBlockedRows = 48;  // as the AVX2 kernels
   struct Vec {
     float v[16];
   };
@@ -55,16 +55,9 @@ void widen(const W* src, float* dst, long n) {
   for (long i = 0; i < n; ++i) dst[i] = Portable::scalar(src + i);
 }
 
-// Beyond a few rows any BLAS is faster than portable loops.
-constexpr int kMaxRows = 32;
-
 }  // namespace
 
-const SkinnyKernels kSkinnyPortable = {skinny<Portable, float>,
-                                       skinny<Portable, Bf16>,
-                                       skinny<Portable, F16>,
-                                       widen<Bf16>,
-                                       widen<F16>,
-                                       kMaxRows};
+const SkinnyKernels kSkinnyPortable = {skinny<Portable, float>, skinny<Portable, Bf16>,
+                                       skinny<Portable, F16>, widen<Bf16>, widen<F16>};
 
 }  // namespace photon::cpu

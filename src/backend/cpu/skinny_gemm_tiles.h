@@ -19,21 +19,30 @@
 namespace photon::cpu {
 namespace {
 
-// The accumulators of RB rows x WB outputs: 16 / kLanes vectors of partial sums each.
+// The loops of one tile of RB rows x WB outputs, over partial sums that the caller holds (in
+// registers, once these are inlined): 16 / kLanes vectors per output. The loops over rows,
+// outputs and vectors have constant bounds and are unrolled, so that no partial sum goes through
+// memory: stored and reloaded around each tile's loop, they took 18% of an AVX2 3 x 2 tile's time
+// at 256 columns, and products of 128 to 512 rows ran 10-16% slower (one thread on a Zen 3).
 template <class V, class W, int RB, int WB>
 struct Tile {
   static constexpr int P = 16 / V::kLanes;
   using Sums = typename V::Vec[RB][WB][P];
-  Sums acc;
 
-  void zero() {
+  static void zero(Sums& a) {
+#pragma GCC unroll 32
     for (int i = 0; i < RB; ++i)
+#pragma GCC unroll 32
       for (int j = 0; j < WB; ++j)
-        for (int p = 0; p < P; ++p) acc[i][j][p] = V::zero();
+#pragma GCC unroll 32
+        for (int p = 0; p < P; ++p) a[i][j][p] = V::zero();
   }
   static void copy(const Sums& from, Sums& to) {
+#pragma GCC unroll 32
     for (int i = 0; i < RB; ++i)
+#pragma GCC unroll 32
       for (int j = 0; j < WB; ++j)
+#pragma GCC unroll 32
         for (int p = 0; p < P; ++p) to[i][j][p] = from[i][j][p];
   }
 
@@ -42,56 +51,66 @@ struct Tile {
   // times slower than it walks its own (each of the `spread` tiles of a block fetches its share):
   // the hardware prefetcher alone leaves the multiply-adds waiting for memory when several rows
   // share each weight load.
-  void steps(const float* x, int in, const W* w, int k0, int k1, const W* next, int spread) {
+  static void steps(Sums& a, const float* x, int in, const W* w, int k0, int k1, const W* next,
+                    int spread) {
     // k / spread as a multiplication by a fixed-point reciprocal (exact for every column count a
     // model can have): a division in the loop held one row of 16-bit weights to 40 GB/s of the
     // memory's 55 (vanilla-600m's matrices, 2 threads on a Zen 5).
     const unsigned long reciprocal = (1UL << 32) / static_cast<unsigned>(spread) + 1;
-    // A local copy, which the compiler keeps in registers (it stores a member back each step).
-    Sums a;
-    copy(acc, a);
     for (int k = k0; k < k1; k += 16) {
       if (next)
         for (int j = 0; j < WB; ++j)
           __builtin_prefetch(next + static_cast<long>(j) * in +
                              ((static_cast<unsigned long>(k) * reciprocal) >> 32));
+#pragma GCC unroll 32
       for (int p = 0; p < P; ++p) {
         const int at = k + p * V::kLanes;
         typename V::Vec wv[WB];
+#pragma GCC unroll 32
         for (int j = 0; j < WB; ++j) wv[j] = V::load(w + static_cast<long>(j) * in + at);
+#pragma GCC unroll 32
         for (int i = 0; i < RB; ++i) {
           const typename V::Vec xv = V::load(x + static_cast<long>(i) * in + at);
+#pragma GCC unroll 32
           for (int j = 0; j < WB; ++j) a[i][j][p] = V::fma(xv, wv[j], a[i][j][p]);
         }
       }
     }
-    copy(a, acc);
   }
 
   // The fixed tree, then the columns from `whole` on one at a time, into y.
-  void finish(const float* x, int in, const W* w, int whole, float* y, int ldy,
-              bool accumulate) const {
-    for (int i = 0; i < RB; ++i) {
+  static void finish(const Sums& a, const float* x, int in, const W* w, int whole, float* y,
+                     int ldy, bool accumulate) {
+    float s[RB][WB];
+#pragma GCC unroll 32
+    for (int i = 0; i < RB; ++i)
+#pragma GCC unroll 32
+      for (int j = 0; j < WB; ++j) s[i][j] = V::sum(a[i][j]);
+    if (whole < in)
+      for (int i = 0; i < RB; ++i)
+        for (int j = 0; j < WB; ++j)
+          for (int k = whole; k < in; ++k)
+            s[i][j] = V::fma1(x[static_cast<long>(i) * in + k],
+                              V::scalar(w + static_cast<long>(j) * in + k), s[i][j]);
+#pragma GCC unroll 32
+    for (int i = 0; i < RB; ++i)
+#pragma GCC unroll 32
       for (int j = 0; j < WB; ++j) {
-        float s = V::sum(acc[i][j]);
-        for (int k = whole; k < in; ++k)
-          s = V::fma1(x[static_cast<long>(i) * in + k],
-                      V::scalar(w + static_cast<long>(j) * in + k), s);
         float& out = y[static_cast<long>(i) * ldy + j];
-        out = accumulate ? out + s : s;
+        out = accumulate ? out + s[i][j] : s[i][j];
       }
-    }
   }
 };
 
 template <class V, class W, int RB, int WB>
 inline void skinny_tile(const float* x, int in, const W* w, float* y, int ldy, bool accumulate,
                         const W* next, int spread) {
+  using T = Tile<V, W, RB, WB>;
   const int whole = in - in % 16;
-  Tile<V, W, RB, WB> t;
-  t.zero();
-  t.steps(x, in, w, 0, whole, next, spread);
-  t.finish(x, in, w, whole, y, ldy, accumulate);
+  typename T::Sums a;
+  T::zero(a);
+  T::steps(a, x, in, w, 0, whole, next, spread);
+  T::finish(a, x, in, w, whole, y, ldy, accumulate);
 }
 
 // Rows [r, r + rows) against outputs [o, o + WB), for a rows < V::kRows known only at run time.
@@ -163,16 +182,16 @@ inline void skinny_blocked(const SkinnyArgs& a, const W* w) {
         const int k1 = std::min(whole, k0 + kColumns);
         for (int g = 0; g < groups; ++g) {
           const W* wg = w + (ob + g * WB) * in;
-          T t;
+          typename T::Sums t;
           if (k0 == 0)
-            t.zero();
+            T::zero(t);
           else
-            T::copy(saved[g], t.acc);
-          t.steps(x, a.in, wg, k0, k1, r == 0 && g + 1 < groups ? wg + WB * in : nullptr, 1);
+            T::copy(saved[g], t);
+          T::steps(t, x, a.in, wg, k0, k1, r == 0 && g + 1 < groups ? wg + WB * in : nullptr, 1);
           if (k1 < whole)
-            T::copy(t.acc, saved[g]);
+            T::copy(t, saved[g]);
           else
-            t.finish(x, a.in, wg, whole, y + g * WB, a.ldy, a.accumulate);
+            T::finish(t, x, a.in, wg, whole, y + g * WB, a.ldy, a.accumulate);
         }
       }
     }
@@ -191,7 +210,7 @@ void skinny(const SkinnyArgs& a) {
   // One row (a single session decoding) reads each weight once, so memory bounds it: one output at
   // a time, one weight stream per thread with the next row fetched ahead, ran 13-20% faster than 2,
   // 4 or 8 outputs' streams with every vector set and weight type (vanilla-600m's matrices, 2
-  // threads on a Zen 5; docs/performance.md, issue 14).
+  // threads on a Zen 5; docs/performance.md, "CPU kernels and threads").
   if (a.n == 1) return skinny_range<V, W, 1>(a, w);
   if constexpr (V::kBlockedRows > 0)
     if (a.n >= V::kBlockedRows && a.in >= 16) return skinny_blocked<V, W>(a, w);

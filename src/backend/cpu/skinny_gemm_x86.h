@@ -1,6 +1,7 @@
 // What the AVX2 and AVX-512 kernels share: the end of the fixed reduction tree and the columns
-// after the last whole group of 16, one element at a time. Internal linkage (an anonymous namespace), so that each kernel file keeps its
-// own copy built for its own instruction set (see skinny_gemm_avx2.cpp).
+// after the last whole group of 16, one element at a time. Internal linkage (an anonymous
+// namespace), so that each kernel file keeps its own copy built for its own instruction set (see
+// skinny_gemm_avx2.cpp).
 #pragma once
 
 #include <immintrin.h>

@@ -19,7 +19,8 @@ namespace {
 // single-threaded stretches of a decode step (one row's attention, the sampler), short enough to
 // leave a shared machine's cycles to others once a step is over. At 100 us the helper slept
 // during every layer's attention of a one-session vanilla decode, and the futex wake-ups cost
-// about 8% of its tokens per second (docs/performance.md, issue 12).
+// about 8% of its tokens per second (docs/performance.md, "The engine over the backend
+// interface").
 constexpr auto kSpin = std::chrono::milliseconds(2);
 // Polls between readings of the clock while spinning.
 constexpr unsigned kPollsPerClock = 64;

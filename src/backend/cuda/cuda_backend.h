@@ -50,7 +50,8 @@ struct CudaOptions {
   bool exact_f32 = false;  // DeviceChoice::exact_f32
 };
 
-class CudaBackend final : public Backend {
+// Not final: the module derives the backend it hands to libphoton from it (module.cpp).
+class CudaBackend : public Backend {
  public:
   explicit CudaBackend(const CudaOptions& options);
   ~CudaBackend() override;
@@ -64,24 +65,8 @@ class CudaBackend final : public Backend {
   // Returns a pool buffer (Buffer destructors call it).
   void release(void* device_memory) noexcept;
 
- private:
-  // Held by every op: the backend's lock, with its device current on the calling thread (the
-  // thread's own device comes back afterwards). An op names itself for the profiler.
-  class Lock {
-   public:
-    explicit Lock(const CudaBackend& backend, const char* op = nullptr);
-    ~Lock();
-    Lock(const Lock&) = delete;
-    Lock& operator=(const Lock&) = delete;
-
-   private:
-    std::lock_guard<std::recursive_mutex> guard_;
-    DeviceScope device_;
-    Profiler* profiler_;
-    cudaStream_t stream_;
-  };
-  class PinnedHost;
-
+ protected:
+  // The ops (backend.h), for the module's backend to wrap (module.cpp).
   Tensor do_weight(const HostWeight& source, std::string_view name) override;
   void do_upload(const Tensor& dst, const void* src) override;
   void do_download(void* dst, const Tensor& src) override;
@@ -104,6 +89,24 @@ class CudaBackend final : public Backend {
   void do_sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
                  float* logprobs) override;
   void do_logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) override;
+
+ private:
+  // Held by every op: the backend's lock, with its device current on the calling thread (the
+  // thread's own device comes back afterwards). An op names itself for the profiler.
+  class Lock {
+   public:
+    explicit Lock(const CudaBackend& backend, const char* op = nullptr);
+    ~Lock();
+    Lock(const Lock&) = delete;
+    Lock& operator=(const Lock&) = delete;
+
+   private:
+    std::lock_guard<std::recursive_mutex> guard_;
+    DeviceScope device_;
+    Profiler* profiler_;
+    cudaStream_t stream_;
+  };
+  class PinnedHost;
 
   cudaStream_t stream() const { return device_.stream(); }
   void* pool_allocate(size_t bytes, std::string_view what);

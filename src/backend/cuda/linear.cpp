@@ -123,7 +123,8 @@ namespace {
 // in the time it reads a byte), so the two terms take two GEMMs into y, the second accumulating,
 // instead of one GEMM over the stacked rows: the same arithmetic without writing and reading back
 // 2 x rows x out partial sums (the stacked LM head ran 3.3x a plain bf16 one at 2,048 rows;
-// docs/performance.md, issue 16). Below it the stacked GEMM reads the weights once for both terms.
+// docs/performance.md, "Two-term activations"). Below it the stacked GEMM reads the weights once
+// for both terms.
 constexpr int kTwoProductRows = 256;
 
 // Scratch per row of x for products of width `cols` with at most `widest` outputs: the two-term

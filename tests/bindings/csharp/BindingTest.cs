@@ -1,7 +1,8 @@
 // Tests of the C# binding, run by ctest with mono. Same modes as the other languages' binding
 // tests (see tests/bindings/python/binding_test.py):
-//   BindingTest.exe test MODEL WORKDIR | memory MODEL | save MODEL STATE OUT
-//                   | restore MODEL STATE OUT
+//   BindingTest.exe test MODEL WORKDIR SHIPPED | memory MODEL | save MODEL STATE OUT
+//                   | restore MODEL STATE OUT (SHIPPED: the shipped model, for inputs longer
+//                   than the context)
 using System;
 using System.Collections.Generic;
 using System.IO;
@@ -194,6 +195,46 @@ static class BindingTest {
               $"score {logprobs[start + i]} vs generation {generated[i].Logprob}");
       }
       ExpectError(() => model.Score(new int[0]), "nothing to score", "PHOTON_ERR_INVALID_ARGUMENT");
+    }
+  }
+
+  // Past the context, on the shipped model (a context of 256 tokens, its tokenizer beside it):
+  // scoring in sliding windows (a later window scores as its own tokens do), the context shift;
+  // and the embedded tokenizer, loaded with verification.
+  static void TestLongInputs(string shippedPath) {
+    using (var model = new Model(shippedPath, "cpu", 0, true)) {
+      int context = model.ContextLength;
+      int[] ids = model.Tokenize(string.Join(" ", Enumerable.Repeat(Prompt, 2 * context / 10)));
+      Check(ids.Length > context, $"{ids.Length} tokens exceed the context {context}");
+      int stride = context / 3;
+      float[] scored = model.ScoreWithStride(ids, stride);
+      // Window 1 covers [stride, stride + context) and scores the tokens after window 0's end.
+      int end = Math.Min(ids.Length, stride + context);
+      float[] window = model.Score(ids.Skip(stride).Take(end - stride).ToArray());
+      for (int i = context; i < end; ++i) {
+        Check(scored[i] == window[i - stride],
+              $"token {i}: {scored[i]} vs its window's {window[i - stride]}");
+      }
+      Check(model.Score(ids.Take(context).ToArray())
+                .Skip(1)
+                .SequenceEqual(model.Score(ids).Skip(1).Take(context - 1)),
+            "window 0 is the first context");
+      ExpectError(() => model.ScoreWithStride(ids, context), "a stride of the whole context",
+                  "PHOTON_ERR_INVALID_ARGUMENT");
+
+      using (var options =
+                 Sampling().SetIgnoreEos(true).SetContextLength(16).SetContextShift(true))
+      using (var session = new Session(model, options)) {
+        session.Prefill(Prompt);
+        Check(session.Generate(40) == 40 && session.StopReason == StopReason.Length &&
+                  session.Position <= 16,
+              $"the context shift goes on: {session.StopReason} at {session.Position}");
+      }
+
+      byte[] shipped = File.ReadAllBytes(
+          Path.Combine(Path.GetDirectoryName(shippedPath), "tokenizer.model"));
+      Check(model.TokenizerModel().SequenceEqual(shipped),
+            "the embedded tokenizer is models/tokenizer.model");
     }
   }
 
@@ -391,6 +432,8 @@ static class BindingTest {
           Console.WriteLine("ok TestScore");
           TestKvType(model);
           Console.WriteLine("ok TestKvType");
+          TestLongInputs(args[3]);
+          Console.WriteLine("ok TestLongInputs");
           TestThreads(model);
           Console.WriteLine("ok TestThreads");
           TestErrors(model, modelPath, args[2]);

@@ -1,7 +1,10 @@
 // Command binding-test tests the Go binding; run by ctest. Same modes as the other languages'
 // binding tests (see tests/bindings/python/binding_test.py):
 //
-//	binding-test test MODEL WORKDIR | memory MODEL | save MODEL STATE OUT | restore MODEL STATE OUT
+//	binding-test test MODEL WORKDIR SHIPPED | memory MODEL | save MODEL STATE OUT |
+//	restore MODEL STATE OUT
+//
+// SHIPPED is the shipped model (a context of 256 tokens), for inputs longer than the context.
 package main
 
 import (
@@ -292,6 +295,49 @@ func testScore(model *photon.Model) {
 	expectError(err, "nothing to score", "PHOTON_ERR_INVALID_ARGUMENT")
 }
 
+// testLongInputs: past the context, on the shipped model (a context of 256 tokens, its tokenizer
+// beside it): scoring in sliding windows (a later window scores as its own tokens do) and the
+// context shift; the embedded tokenizer, loaded with verification.
+func testLongInputs(shippedPath string) {
+	model := must(photon.LoadWith(shippedPath, photon.LoadOptions{Verify: true}))
+	defer model.Close()
+	context := model.ContextLength()
+	text := strings.TrimSpace(strings.Repeat(prompt+" ", 2*context/10))
+	ids := must(model.Tokenize(text, true))
+	check(len(ids) > context, "%d tokens exceed the context %d", len(ids), context)
+	stride := context / 3
+	scored := must(model.ScoreWithStride(ids, stride))
+	// Window 1 covers [stride, stride + context) and scores the tokens after window 0's end.
+	end := len(ids)
+	if stride+context < end {
+		end = stride + context
+	}
+	window := must(model.Score(ids[stride:end]))
+	for i := context; i < end; i++ {
+		check(scored[i] == window[i-stride], "token %d: %v vs its window's %v", i, scored[i],
+			window[i-stride])
+	}
+	first := must(model.Score(ids[:context]))
+	check(reflect.DeepEqual(first[1:], must(model.Score(ids))[1:context]),
+		"window 0 is the first context")
+	_, err := model.ScoreWithStride(ids, context)
+	expectError(err, "a stride of the whole context", "PHOTON_ERR_INVALID_ARGUMENT")
+
+	options := sampling
+	options.IgnoreEOS, options.ContextLength, options.ContextShift = true, 16, true
+	session := must(model.NewSession(&options))
+	defer session.Close()
+	check(session.PrefillText(prompt) == nil, "prefill")
+	n, err := session.Generate(40, nil)
+	check(err == nil && n == 40 && session.StopReason() == photon.StopLength &&
+		session.Position() <= 16, "the context shift goes on: %d, %v at %d", n,
+		session.StopReason(), session.Position())
+
+	shipped := must(os.ReadFile(filepath.Join(filepath.Dir(shippedPath), "tokenizer.model")))
+	check(bytes.Equal(must(model.TokenizerModel()), shipped),
+		"the embedded tokenizer is models/tokenizer.model")
+}
+
 // testKVType: 16-bit KV caches, chosen by name, reported by the session, kept by a restored one.
 func testKVType(model *photon.Model) {
 	session := must(model.NewSession(nil))
@@ -512,6 +558,7 @@ func main() {
 			{"testRanges", func() { testRanges(model) }},
 			{"testScore", func() { testScore(model) }},
 			{"testKVType", func() { testKVType(model) }},
+			{"testLongInputs", func() { testLongInputs(os.Args[4]) }},
 			{"testGoroutines", func() { testGoroutines(model) }},
 			{"testErrors", func() { testErrors(model, modelPath, workdir) }},
 			{"testSaveRestore", func() { testSaveRestore(model, workdir) }},

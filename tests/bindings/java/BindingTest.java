@@ -1,6 +1,8 @@
 // Tests of the Java binding, run by ctest against photon.jar. Same modes as the other languages'
 // binding tests (see tests/bindings/python/binding_test.py):
-//   BindingTest test MODEL WORKDIR | memory MODEL | save MODEL STATE OUT | restore MODEL STATE OUT
+//   BindingTest test MODEL WORKDIR SHIPPED | memory MODEL | save MODEL STATE OUT
+//               | restore MODEL STATE OUT (SHIPPED: the shipped model, for inputs longer than the
+//               context)
 import com.photon.Mode;
 import com.photon.Model;
 import com.photon.PhotonException;
@@ -14,6 +16,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collections;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
 import java.util.stream.Collectors;
@@ -218,6 +221,44 @@ public final class BindingTest {
             "score " + logprobs[start + i] + " vs generation " + generated.get(i).logprob());
       }
       expectError(() -> model.score(new int[0]), "nothing to score", "PHOTON_ERR_INVALID_ARGUMENT");
+    }
+  }
+
+  // Past the context, on the shipped model (a context of 256 tokens, its tokenizer beside it):
+  // scoring in sliding windows (a later window scores as its own tokens do), the context shift;
+  // and the embedded tokenizer, loaded with verification.
+  static void testLongInputs(String shippedPath) throws IOException {
+    try (Model model = new Model(shippedPath, "cpu", 0, true)) {
+      int context = model.contextLength();
+      int[] ids = model.tokenize(String.join(" ", Collections.nCopies(2 * context / 10, PROMPT)));
+      check(ids.length > context, ids.length + " tokens exceed the context " + context);
+      int stride = context / 3;
+      float[] scored = model.scoreWithStride(ids, stride);
+      // Window 1 covers [stride, stride + context) and scores the tokens after window 0's end.
+      int end = Math.min(ids.length, stride + context);
+      float[] window = model.score(Arrays.copyOfRange(ids, stride, end));
+      for (int i = context; i < end; ++i) {
+        check(scored[i] == window[i - stride],
+            "token " + i + ": " + scored[i] + " vs its window's " + window[i - stride]);
+      }
+      check(Arrays.equals(model.score(Arrays.copyOf(ids, context)),
+                Arrays.copyOf(model.score(ids), context)),
+          "window 0 is the first context");
+      expectError(() -> model.scoreWithStride(ids, context), "a stride of the whole context",
+          "PHOTON_ERR_INVALID_ARGUMENT");
+
+      try (SessionOptions options =
+               sampling().setIgnoreEos(true).setContextLength(16).setContextShift(true);
+          Session session = new Session(model, options)) {
+        session.prefill(PROMPT);
+        check(session.generate(40) == 40 && session.stopReason() == StopReason.LENGTH
+                && session.position() <= 16,
+            "the context shift goes on: " + session.stopReason() + " at " + session.position());
+      }
+
+      byte[] shipped = Files.readAllBytes(Path.of(shippedPath).resolveSibling("tokenizer.model"));
+      check(Arrays.equals(model.tokenizerModel(), shipped),
+          "the embedded tokenizer is models/tokenizer.model");
     }
   }
 
@@ -435,6 +476,8 @@ public final class BindingTest {
           System.out.println("ok testScore");
           testKvType(model);
           System.out.println("ok testKvType");
+          testLongInputs(args[3]);
+          System.out.println("ok testLongInputs");
           testThreads(model);
           System.out.println("ok testThreads");
           testErrors(model, Path.of(modelPath), workdir);

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Tests of the Python binding, run by ctest with the package on PYTHONPATH.
 
-    binding_test.py test MODEL WORKDIR        streaming, cancel, errors, save / restore
+    binding_test.py test MODEL WORKDIR SHIPPED  streaming, cancel, errors, save / restore; inputs
+                                              longer than the context on SHIPPED (the shipped
+                                              model: a context of 256 tokens, its tokenizer
+                                              beside it)
     binding_test.py memory MODEL              create and free models and sessions in a loop
     binding_test.py save MODEL STATE OUT      cross-language: save a state, write the continuation
     binding_test.py restore MODEL STATE OUT   cross-language: restore it, write the continuation
@@ -231,6 +234,47 @@ def test_score(model):
     for token, scored in zip(generated, logprobs[start:]):
         check(abs(token.logprob - scored) < 1e-3, f"score {scored} vs generation {token.logprob}")
     expect_error(lambda: model.score([]), "PHOTON_ERR_INVALID_ARGUMENT", "nothing to score")
+
+
+def windows(n, context, stride):
+    """photon_score_options_set_stride's layout: (begin, first scored, end) of each window."""
+    out = [(0, 0, min(n, context))]
+    while out[-1][2] < n:
+        begin = out[-1][0] + stride
+        out.append((begin, out[-1][2], min(n, begin + context)))
+    return out
+
+
+def test_long_inputs(shipped_path):
+    """Past the context: scoring in sliding windows (each as a score of its own tokens), the
+    context shift; and the embedded tokenizer, loaded with verification."""
+    with photon.Model(shipped_path, verify=True) as model:
+        context = model.context_length
+        ids = model.tokenize(" ".join([PROMPT] * (2 * context // 10)))
+        check(len(ids) > context, f"{len(ids)} tokens exceed the context {context}")
+        for stride, scored in ((context // 2, model.score(ids)),
+                               (context // 3, model.score_with_stride(ids, context // 3))):
+            expected = [None] * len(ids)
+            for begin, first, end in windows(len(ids), context, stride):
+                expected[first:end] = model.score(ids[begin:end])[first - begin:]
+            check(scored[1:] == expected[1:], f"stride {stride}: windows scored one by one differ")
+        expect_error(lambda: model.score_with_stride(ids, context),
+                     "PHOTON_ERR_INVALID_ARGUMENT", "a stride of the whole context")
+
+        options = sampling().set_ignore_eos(True).set_context_length(16)
+        with photon.Session(model, options) as session:
+            session.prefill(PROMPT)
+            check(session.generate(40) < 40 and
+                  session.stop_reason == photon.StopReason.CONTEXT_FULL,
+                  "without the shift a full context stops")
+        with photon.Session(model, options.set_context_shift(True)) as session:
+            session.prefill(PROMPT)
+            check(session.generate(40) == 40 and session.stop_reason == photon.StopReason.LENGTH
+                  and session.position <= 16, f"the shift goes on: {session.position}")
+
+        shipped_tokenizer = pathlib.Path(shipped_path).with_name("tokenizer.model").read_bytes()
+        check(model.tokenizer_model() == shipped_tokenizer,
+              "the embedded tokenizer is models/tokenizer.model")
 
 
 def test_arguments(model, model_path):
@@ -487,6 +531,8 @@ def main(argv):
                 print(f"ok {test.__name__}")
             test_arguments(model, model_path)
             print("ok test_arguments")
+            test_long_inputs(argv[4])
+            print("ok test_long_inputs")
             test_stubs()
             print("ok test_stubs")
             test_errors(model, model_path, workdir)
