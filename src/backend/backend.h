@@ -2,12 +2,26 @@
 // A backend owns buffers in its own memory (host memory for the CPU, device memory for CUDA);
 // tensors are views into them; ops run over those views. The engine never dereferences a tensor:
 // what crosses back to the host are token ids, log-probabilities and, for saving a session, the
-// contents of its caches (download).
+// contents of its caches (download). One backend serves one model and may be called from several
+// threads at once on different tensors.
 //
-// Every tensor an op takes is a row-major [rows, cols] matrix of f32 unless said otherwise. Ops
-// fail by throwing photon::Error (PHOTON_ERR_OUT_OF_MEMORY for memory, PHOTON_ERR_DEVICE for a
-// device fault); the C boundary turns that into a status. One backend serves one model and may be
-// called from several threads at once on different tensors.
+// The op contract. Every public call that takes tensors is non-virtual: it checks its operands
+// against the rules below once, then calls the backend's implementation (do_<call>), which may
+// take all of them for granted. A broken rule is a bug of the caller, not bad input: the call
+// throws photon::Error with PHOTON_ERR_INTERNAL and a message naming the backend, the call and
+// the operand ("cpu linear: y is 3 x 80 f32, expected 3 x 96 f32"), and computes nothing.
+// - Memory: every tensor lies wholly inside a buffer of this backend (a tensor of no bytes may
+//   have none). Host pointers are not null where there is something to read or write.
+// - Types: activations, outputs, tables, norms and biases are f32. Weight matrices (linear, embed)
+//   are as weight() returned them: f32, bf16 or f16. KV caches are f32, bf16 or f16, K and V of
+//   a segment of one type.
+// - Shapes: as each call states; n is the number of rows of the call's first tensor.
+// - Aliasing: an output shares no byte with another operand of the same call, except where a call
+//   says it may be the same tensor (rmsnorm's y and x) or works in place (rope, swiglu's gate).
+// Failures of the computation itself throw photon::Error too: PHOTON_ERR_OUT_OF_MEMORY for memory,
+// PHOTON_ERR_DEVICE for a device fault, PHOTON_ERR_UNSUPPORTED for a shape within the contract
+// that a backend cannot run (CUDA attention above 256 values per head); the C boundary turns it
+// into a status.
 #pragma once
 
 #include <cstddef>
@@ -18,56 +32,12 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/descriptors.h"
 #include "backend/memory.h"
 #include "backend/tensor.h"
 #include "core/sampling.h"
 
 namespace photon {
-
-// A weight as it lies in the model file's mapping: [rows, cols] of `dtype`.
-struct HostWeight {
-  const void* data = nullptr;
-  DType dtype = DType::F32;
-  int64_t rows = 0;
-  int64_t cols = 0;
-};
-
-// Rows [row0, row0 + rows) of the query (and new key/value) matrix continue one sequence whose
-// cache for one layer is k, v [capacity, kv_dim]: they take positions start .. start + rows - 1
-// and attend causally to positions 0 .. their own.
-struct AttentionSegment {
-  int row0 = 0;
-  int rows = 0;
-  int start = 0;
-  Tensor k;
-  Tensor v;
-};
-
-struct AttentionShape {
-  int heads = 0;
-  int kv_heads = 0;
-  int head_dim = 0;
-};
-
-// dst and src have the same shape (any number of rows); they may live in different buffers.
-struct RowCopy {
-  Tensor dst;
-  Tensor src;
-};
-
-// One product of linear_group: w [out, in] as weight() returned it, y [n, out] f32.
-struct LinearOut {
-  Tensor w;
-  Tensor y;
-};
-
-// One row of logits to sample: the settings, the position (the counter of the random draw) and
-// the history the repetition penalty looks at.
-struct SampleRequest {
-  const SamplerConfig* config = nullptr;
-  int64_t position = 0;
-  std::span<const int32_t> history;
-};
 
 class Backend {
  public:
@@ -84,56 +54,89 @@ class Backend {
   virtual std::unique_ptr<Buffer> allocate(size_t bytes, std::string_view what) = 0;
   // What this backend's allocations hold (memory.h); reset_peak restarts the peak from now.
   MemoryUse memory(bool reset_peak) { return memory_.read(reset_peak); }
-  // A weight in the backend's compute form, alive as long as the backend: the CPU uses matrices in
-  // place from the mapping in their stored type (linear and embed read f32, bf16 and f16) and
-  // widens vectors ([1, n]: norms, biases) to f32.
-  virtual Tensor weight(const HostWeight& source, std::string_view name) = 0;
+  // A weight in the backend's compute form, alive as long as the backend, of source's shape
+  // (rows, cols > 0, data not null): matrices in a dtype the backend chooses (the CPU uses them in
+  // place from the mapping, in their stored type), vectors ([1, n]: norms, biases) in f32.
+  Tensor weight(const HostWeight& source, std::string_view name);
   // Whole-tensor copies between host memory and a tensor (host data in the tensor's dtype).
-  virtual void upload(const Tensor& dst, const void* src) = 0;
-  virtual void download(void* dst, const Tensor& src) = 0;
-  // Every copy, in order.
-  virtual void copy_rows(std::span<const RowCopy> copies) = 0;
+  void upload(const Tensor& dst, const void* src);
+  void download(void* dst, const Tensor& src);
+  // Every copy, in order (a copy reads what the ones before it wrote); each copy's dst and src
+  // share no byte.
+  void copy_rows(std::span<const RowCopy> copies);
 
   // ---- ops (spec section 2) ----
-  // out[i] = table[ids[i]], widened to f32; table [V, D] in its stored type, out [n, D].
-  virtual void embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) = 0;
-  // y = x / sqrt(mean(x^2) + eps) * w per row; x, y [n, d] (may alias), w [1, d].
-  virtual void rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) = 0;
-  // y[n, out] (+)= x[n, in] . w[out, in]^T (+ bias[1, out]); bias may be null; w as weight()
-  // returned it (any dtype), x and y f32.
-  virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
-                      bool accumulate) = 0;
-  // linear(x, out.w, nullptr, out.y, false) for every out: one input, several weight matrices of
-  // its width (attention's Q, K, V; the FFN's gate, up), each result as its own call gives it, in
-  // one pass of the backend's work (the CPU's threads share all the outputs; CUDA splits x once).
-  virtual void linear_group(const Tensor& x, std::span<const LinearOut> outs) = 0;
-  // table [n, head_dim]: cos(p theta_i) in columns [0, head_dim/2), sin in the rest, for the
-  // positions of the n rows.
-  virtual void rope_table(std::span<const int64_t> positions, int head_dim, float theta,
-                          const Tensor& table) = 0;
-  // Rotates every head of each row of x [n, heads * head_dim] with its table row (rotate-half).
-  virtual void rope(const Tensor& x, int heads, const Tensor& table) = 0;
-  // gate = silu(gate) * up, elementwise; both [n, f].
-  virtual void swiglu(const Tensor& gate, const Tensor& up) = 0;
-  // Stores rows of k, v [n, kv_dim] at their segments' positions.
-  virtual void kv_append(const Tensor& k, const Tensor& v,
-                         std::span<const AttentionSegment> segments) = 0;
-  // Causal grouped-query attention of q [n, heads * head_dim] against each segment's cache; out
-  // [n, heads * head_dim], heads concatenated.
-  virtual void attention(const Tensor& q, const AttentionShape& shape,
-                         std::span<const AttentionSegment> segments, const Tensor& out) = 0;
+  // out[i] = table[ids[i]], widened to f32; table [V, D] as weight() returned it, ids in [0, V),
+  // out [ids.size(), D].
+  void embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out);
+  // y = x / sqrt(mean(x^2) + eps) * w per row; x, y [n, d] (y may be x itself), w [1, d],
+  // eps >= 0.
+  void rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps);
+  // y[n, out] (+)= x[n, in] . w[out, in]^T (+ bias[1, out]); bias may be null.
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+              bool accumulate);
+  // linear(x, out.w, nullptr, out.y, out.accumulate) for every out: one input, several weight
+  // matrices of its width (attention's Q, K, V; the FFN's gate, up), each result as its own call
+  // gives it, in one pass of the backend's work (the CPU's threads share all the outputs; CUDA
+  // splits x once). No y shares a byte with x, any w or another y.
+  void linear_group(const Tensor& x, std::span<const LinearOut> outs);
+  // table [2n, head_dim / 2] for the n positions (>= 0): rows 0 .. n-1 hold cos(p_r theta_i),
+  // rows n .. 2n-1 sin(p_r theta_i), theta_i = theta^(-2i / head_dim); head_dim even, theta > 0.
+  void rope_table(std::span<const int64_t> positions, int head_dim, float theta,
+                  const Tensor& table);
+  // Rotates every head of each row of x [n, heads * head_dim] in place with the table row of its
+  // position (rotate-half); table [2n, head_dim / 2] from rope_table; head_dim even.
+  void rope(const Tensor& x, int heads, const Tensor& table);
+  // gate = silu(gate) * up, elementwise, in place; both [n, f].
+  void swiglu(const Tensor& gate, const Tensor& up);
+  // Stores rows row0 .. row0 + rows - 1 of k, v [n, kv_dim] at positions start .. of their
+  // segment's caches (rounded to nearest even into a 16-bit cache). Segments with rows cover
+  // ascending, disjoint row ranges within [0, n); start + rows <= the caches' rows; caches
+  // [capacity, kv_dim].
+  void kv_append(const Tensor& k, const Tensor& v, std::span<const AttentionSegment> segments);
+  // Causal grouped-query attention of q [n, heads * head_dim] against each segment's cache (keys
+  // with RoPE applied; a 16-bit cache's values widened exactly), scaled by 1 / sqrt(head_dim);
+  // out [n, heads * head_dim], heads concatenated; rows outside every segment are left as they
+  // are. heads a multiple of kv_heads, head_dim even; segments as for kv_append with kv_dim =
+  // kv_heads * head_dim.
+  void attention(const Tensor& q, const AttentionShape& shape,
+                 std::span<const AttentionSegment> segments, const Tensor& out);
 
   // ---- results for the host ----
-  // Samples one token per row of logits [n, V] (core/sampling.h) and its log-probability under
-  // the raw logits.
-  virtual void sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
-                      float* logprobs) = 0;
-  // out[i] = log softmax(logits row i)[targets[i]].
-  virtual void logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) = 0;
+  // Samples one token per row of logits [rows.size(), V] (core/sampling.h) and its
+  // log-probability under the raw logits. Every request has a config; the history a penalty
+  // reads holds tokens in [0, V).
+  void sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
+              float* logprobs);
+  // out[i] = log softmax(logits row i)[targets[i]]; logits [targets.size(), V], targets in [0, V).
+  void logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out);
 
  protected:
   // Every implementation counts what it allocates and frees here.
   MemoryCounter memory_;
+
+ private:
+  // The implementations, called once their operands have met the contract.
+  virtual Tensor do_weight(const HostWeight& source, std::string_view name) = 0;
+  virtual void do_upload(const Tensor& dst, const void* src) = 0;
+  virtual void do_download(void* dst, const Tensor& src) = 0;
+  virtual void do_copy_rows(std::span<const RowCopy> copies) = 0;
+  virtual void do_embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) = 0;
+  virtual void do_rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) = 0;
+  virtual void do_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+                         bool accumulate) = 0;
+  virtual void do_linear_group(const Tensor& x, std::span<const LinearOut> outs) = 0;
+  virtual void do_rope_table(std::span<const int64_t> positions, int head_dim, float theta,
+                             const Tensor& table) = 0;
+  virtual void do_rope(const Tensor& x, int heads, const Tensor& table) = 0;
+  virtual void do_swiglu(const Tensor& gate, const Tensor& up) = 0;
+  virtual void do_kv_append(const Tensor& k, const Tensor& v,
+                            std::span<const AttentionSegment> segments) = 0;
+  virtual void do_attention(const Tensor& q, const AttentionShape& shape,
+                            std::span<const AttentionSegment> segments, const Tensor& out) = 0;
+  virtual void do_sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
+                         float* logprobs) = 0;
+  virtual void do_logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) = 0;
 };
 
 // A new [rows, cols] tensor of `dtype` in the backend's memory, uninitialized.
@@ -151,8 +154,9 @@ inline Matrix zero_matrix(Backend& backend, int64_t rows, int64_t cols, std::str
   return m;
 }
 
-// The CPU backend, the reference of every other backend. threads: the most threads one call may
-// compute with, the calling thread included (0: every core the process may run on).
+// The CPU backend, the reference of every other backend, with the widest vector kernels this
+// processor runs (backend/cpu/cpu_features.h). threads: the most threads one call may compute
+// with, the calling thread included (0: every core the process may run on).
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
 
 }  // namespace photon

@@ -22,10 +22,11 @@
 #include "backend/backend.h"
 #include "photon.h"
 
-// Bump when backend.h or tensor.h change the meaning (not only the size) of what crosses, when
-// the Backend class gains, loses or changes a virtual function, or when the request changes
-// (2: linear_group; 3: raise).
-#define PHOTON_BACKEND_ABI 3
+// Bump when backend.h, descriptors.h or tensor.h change the meaning (not only the size) of what
+// crosses, when the Backend class gains, loses or changes a virtual function, or when the request
+// changes (2: linear_group; 3: raise; 4: the op contract, public calls over private do_<call>
+// functions, and products that accumulate).
+#define PHOTON_BACKEND_ABI 4
 #define PHOTON_CUDA_MODULE_NAME "libphoton-cuda.so"
 #define PHOTON_CUDA_MODULE_ENTRY "photon_cuda_backend_create"
 

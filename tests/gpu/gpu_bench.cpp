@@ -27,6 +27,20 @@ namespace {
 constexpr int kSamples = 15;
 constexpr int kInner = 10;
 
+template <class T>
+T* as(const DeviceBuffer& buffer) {
+  return static_cast<T*>(buffer.data());
+}
+
+// Host values copied into a fresh piece of the arena (descriptors, settings).
+template <class T>
+T* stage(Arena& arena, const std::vector<T>& values) {
+  T* device = arena.take<T>(values.size(), "benchmark descriptors");
+  PHOTON_CUDA_CHECK(
+      cudaMemcpy(device, values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return device;
+}
+
 struct Bench {
   Device& device;
   Arena& scratch;
@@ -50,9 +64,11 @@ struct Bench {
       for (size_t i = 0; i < n; ++i) host[i] = next_uniform() * scale;
       if (bf16) {
         for (size_t i = 0; i < n; ++i) narrow[i] = f32_to_bf16(host[i]);
-        copy_to_device(buffer.as<uint16_t>() + done, narrow.data(), n * 2, device.stream());
+        PHOTON_CUDA_CHECK(
+            cudaMemcpy(as<uint16_t>(buffer) + done, narrow.data(), n * 2, cudaMemcpyHostToDevice));
       } else {
-        copy_to_device(buffer.as<float>() + done, host.data(), n * 4, device.stream());
+        PHOTON_CUDA_CHECK(
+            cudaMemcpy(as<float>(buffer) + done, host.data(), n * 4, cudaMemcpyHostToDevice));
       }
     }
     device.synchronize();
@@ -80,22 +96,20 @@ struct Bench {
 
   // The attention kernels alone: descriptors staged and splits chosen once, as a decode step
   // recorded in a CUDA graph would have them.
-  double time_attention(const float* q, const AttentionShape& shape,
-                        const std::vector<AttentionSegment>& segments, float* out) {
+  double time_attention(const float* q, const AttentionShape& shape, DType kv_dtype,
+                        const std::vector<DeviceSegment>& segments, float* out) {
     ArenaScope scope(scratch);
     const int n_rows = segments.back().row0 + segments.back().rows;
     int max_keys = 0;
-    for (const AttentionSegment& seg : segments)
-      max_keys = std::max(max_keys, seg.start + seg.rows);
+    for (const DeviceSegment& seg : segments) max_keys = std::max(max_keys, seg.start + seg.rows);
     const int splits =
         attention_splits(n_rows, shape.heads, max_keys, device.info().multiprocessors);
-    const AttentionSegment* staged =
-        stage(scratch, std::span<const AttentionSegment>(segments), "segments", device.stream());
+    const DeviceSegment* staged = stage(scratch, segments);
     float* partials = static_cast<float*>(scratch.take_bytes(
         attention_partials_bytes(n_rows, shape.heads, shape.head_dim, splits), "partials"));
     return time([&](int) {
-      attention_launch(q, shape, staged, static_cast<int>(segments.size()), n_rows, splits,
-                       partials, out, device.stream());
+      attention_launch(q, shape, kv_dtype, staged, static_cast<int>(segments.size()), n_rows,
+                       splits, partials, out, device.stream());
     });
   }
 
@@ -143,7 +157,7 @@ void run() {
     DeviceBuffer x = b.random(size_t(n) * d, false), w = b.random(d, false);
     DeviceBuffer y(size_t(n) * d * 4, "rmsnorm out");
     const double t =
-        b.time([&](int) { rmsnorm(x.as<float>(), w.as<float>(), y.as<float>(), n, d, 1e-5f, s); });
+        b.time([&](int) { rmsnorm(as<float>(x), as<float>(w), as<float>(y), n, d, 1e-5f, s); });
     b.row("rmsnorm", "16384 x 1664", t, 2.0 * n * d * 4, 0);
   }
   // Decode attention: one query per session against `keys` cached positions of one layer.
@@ -155,13 +169,13 @@ void run() {
                  v = b.random(per_session * sessions, bf16);
     DeviceBuffer q = b.random(size_t(sessions) * kv_dim, false);
     DeviceBuffer out(size_t(sessions) * kv_dim * 4, "attention out");
-    std::vector<AttentionSegment> segments;
+    std::vector<DeviceSegment> segments;
     const size_t element = bf16 ? 2 : 4;
     for (int i = 0; i < sessions; ++i)
       segments.push_back({i, 1, keys - 1, static_cast<char*>(k.data()) + i * per_session * element,
                           static_cast<char*>(v.data()) + i * per_session * element});
-    const AttentionShape shape{heads, heads, head_dim, bf16 ? DType::BF16 : DType::F32};
-    const double t = b.time_attention(q.as<float>(), shape, segments, out.as<float>());
+    const double t = b.time_attention(as<float>(q), {heads, heads, head_dim},
+                                      bf16 ? DType::BF16 : DType::F32, segments, as<float>(out));
     b.row(std::string("attention decode ") + (bf16 ? "bf16" : "f32") + " KV",
           std::to_string(sessions) + " x " + std::to_string(keys) + " keys, 32 x 52", t,
           2.0 * per_session * sessions * element, 4.0 * sessions * keys * kv_dim);
@@ -172,16 +186,16 @@ void run() {
     DeviceBuffer v = b.random(size_t(windows) * rows * kv_dim, false);
     DeviceBuffer q = b.random(size_t(windows) * rows * kv_dim, false);
     DeviceBuffer out(size_t(windows) * rows * kv_dim * 4, "window out");
-    std::vector<AttentionSegment> segments;
+    std::vector<DeviceSegment> segments;
     for (int i = 0; i < windows; ++i)
-      segments.push_back({i * rows, rows, 0, k.as<float>() + size_t(i) * rows * kv_dim,
-                          v.as<float>() + size_t(i) * rows * kv_dim});
+      segments.push_back({i * rows, rows, 0, as<float>(k) + size_t(i) * rows * kv_dim,
+                          as<float>(v) + size_t(i) * rows * kv_dim});
     const double t =
-        b.time_attention(q.as<float>(), {32, 32, 52, DType::F32}, segments, out.as<float>());
+        b.time_attention(as<float>(q), {32, 32, 52}, DType::F32, segments, as<float>(out));
     b.row("attention windows f32 KV", "1024 x 5 rows", t, 4.0 * windows * rows * kv_dim * 4, 0);
   }
   // bf16 linear layers: the FFN up projection and the LM head, weights rotated past L2.
-  Gemm gemm;
+  Gemm gemm(size_t{32} << 20);
   for (const auto& [in, out, name] :
        {std::tuple{1664, 4096, "ffn up 4096 x 1664"}, {1664, 32000, "lm head 32000 x 1664"}}) {
     const size_t weight = size_t(in) * out;
@@ -192,8 +206,8 @@ void run() {
       DeviceBuffer x = b.random(size_t(n) * in, false);
       DeviceBuffer y(size_t(n) * out * 4, "linear out");
       const double t = b.time([&](int i) {
-        const DeviceMatrix w{weights[i % copies].data(), DType::BF16, out, in};
-        gemm.linear(x.as<float>(), n, w, nullptr, y.as<float>(), false, scratch, s);
+        const WeightMatrix w{weights[i % copies].data(), DType::BF16, out, in};
+        gemm.linear(as<float>(x), n, w, nullptr, as<float>(y), false, scratch, s);
       });
       b.row("linear bf16", std::string(name) + ", " + std::to_string(n) + " rows", t,
             2.0 * weight + 4.0 * n * (in + out), 2.0 * n * weight);
@@ -208,8 +222,14 @@ void run() {
           {"top-k 40", SampleParams{0.8f, 40, 1.0f, 0.0f, 1.0f, 0, 1, 0}},
           {"top-p 0.9", SampleParams{0.8f, 0, 0.9f, 0.0f, 1.0f, 0, 1, 0}}}) {
       const std::vector<SampleParams> params(rows, config);
-      const double t = b.time(
-          [&](int) { sample(logits.as<float>(), rows, vocab, params, {}, 0, tokens, scratch, s); });
+      ArenaScope scope(scratch);
+      const SampleParams* staged = stage(scratch, params);
+      void* workspace = sample_needs_workspace(params, vocab)
+                            ? scratch.take_bytes(sample_workspace_bytes(rows, vocab), "sampler")
+                            : nullptr;
+      const double t = b.time([&](int) {
+        sample_launch(as<float>(logits), rows, vocab, staged, nullptr, 0, workspace, tokens, s);
+      });
       b.row(std::string("sample ") + name, "64 x 32000", t, 4.0 * rows * vocab, 0);
     }
   }

@@ -1,11 +1,10 @@
-// The device runtime: errors instead of aborts (also without a device), out-of-memory, the arena,
-// and CUDA graph capture and replay of ops.
+// The CUDA backend's device runtime: errors instead of aborts (also without a device), the device's
+// description, the scratch arena, and the attention kernels' choice of key splits.
+#include <cstdint>
 #include <functional>
-#include <stdexcept>
 
-#include "backend/cuda/linear.h"
-#include "backend/cuda/rmsnorm.h"
-#include "backend/cuda/swiglu.h"
+#include "backend/cuda/attention.h"
+#include "backend/cuda/buffer.h"
 #include "gpu_test.h"
 
 namespace photon::gpu_test {
@@ -62,26 +61,12 @@ TEST(GpuErrors, NoDeviceIsADeviceError) {
 using GpuRuntime = GpuTest;
 
 TEST_F(GpuRuntime, DeviceDescribesItself) {
-  EXPECT_FALSE(info().name.empty());
-  EXPECT_GE(info().major, 8);
-  EXPECT_GT(info().multiprocessors, 0);
-  EXPECT_GT(info().memory_bytes, size_t{1} << 30);
-  EXPECT_EQ(status_of([] { cuda::Device device(1 << 20); }), PHOTON_ERR_DEVICE);
-}
-
-TEST_F(GpuRuntime, OutOfMemoryIsAStatusAndTheDeviceStaysUsable) {
-  try {
-    cuda::DeviceBuffer too_big(info().memory_bytes * 2, "more than the device has");
-    FAIL() << "allocating twice the device's memory succeeded";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), PHOTON_ERR_OUT_OF_MEMORY);
-    EXPECT_NE(std::string(e.what()).find("more than the device has"), std::string::npos);
-  }
-  // The failure is not sticky: allocation and kernels still work.
-  const std::vector<float> x = random(4 * 64), w = random(64);
-  float* y = poisoned<float>(x.size());
-  cuda::rmsnorm(upload(x), upload(w), y, 4, 64, 1e-5f, stream());
-  for (float v : download(y, x.size())) ASSERT_TRUE(std::isfinite(v));
+  const cuda::Device device(0);
+  EXPECT_FALSE(device.info().name.empty());
+  EXPECT_GE(device.info().major, 8);
+  EXPECT_GT(device.info().multiprocessors, 0);
+  EXPECT_GT(device.info().memory_bytes, size_t{1} << 30);
+  EXPECT_EQ(status_of([] { cuda::Device other(1 << 20); }), PHOTON_ERR_DEVICE);
 }
 
 TEST_F(GpuRuntime, ArenaHandsOutAlignedPiecesAndRefusesOverflow) {
@@ -94,65 +79,20 @@ TEST_F(GpuRuntime, ArenaHandsOutAlignedPiecesAndRefusesOverflow) {
   {
     cuda::ArenaScope scope(arena);
     arena.take_bytes(1000, "c");
-    EXPECT_GT(arena.used(), mark);
+    EXPECT_GT(arena.mark(), mark);
   }
-  EXPECT_EQ(arena.used(), mark);
+  EXPECT_EQ(arena.mark(), mark);
   EXPECT_EQ(status_of([&] { arena.take_bytes(size_t{2} << 20, "too much"); }),
             PHOTON_ERR_OUT_OF_MEMORY);
-  EXPECT_EQ(arena.used(), mark);  // a refused piece takes nothing
+  EXPECT_EQ(arena.mark(), mark);  // a refused piece takes nothing
 }
 
-// A decode-like step (norm, GEMM, gate) recorded once replays on new input values.
-TEST_F(GpuRuntime, GraphReplayMatchesEagerExecution) {
-  const int n = 8, d = 256, f = 512;
-  const std::vector<float> w_norm = random(d);
-  const std::vector<uint16_t> w_gate = narrowed(DType::BF16, random(size_t(f) * d, -0.1f, 0.1f));
-  float* x = poisoned<float>(size_t(n) * d);
-  float* xn = poisoned<float>(size_t(n) * d);
-  float* gate = poisoned<float>(size_t(n) * f);
-  float* up = upload(random(size_t(n) * f));
-  const cuda::DeviceMatrix wg{upload(w_gate), DType::BF16, f, d};
-  const float* norm = upload(w_norm);
-  cuda::Gemm gemm;
-  auto step = [&] {
-    cuda::rmsnorm(x, norm, xn, n, d, 1e-5f, stream());
-    gemm.linear(xn, n, wg, nullptr, gate, false, scratch(), stream());
-    cuda::swiglu(gate, up, size_t(n) * f, stream());
-  };
-  const std::vector<float> input = random(size_t(n) * d);
-  cuda::copy_to_device(x, std::span<const float>(input), stream());
-  step();
-  const std::vector<float> eager = download(gate, size_t(n) * f);
-
-  cuda::Graph graph;
-  PHOTON_CUDA_CHECK(cudaMemsetAsync(gate, 0xFF, size_t(n) * f * sizeof(float), stream()));
-  graph.capture(stream(), step);
-  ASSERT_TRUE(graph.ready());
-  const std::vector<float> untouched = download(gate, size_t(n) * f);
-  EXPECT_TRUE(std::isnan(untouched[0])) << "recording must not run the work";
-  graph.launch(stream());
-  EXPECT_EQ(download(gate, size_t(n) * f), eager);
-
-  // New inputs in the same buffers: the replay computes them, like an eager step.
-  const std::vector<float> input2 = random(size_t(n) * d);
-  cuda::copy_to_device(x, std::span<const float>(input2), stream());
-  graph.launch(stream());
-  const std::vector<float> replayed = download(gate, size_t(n) * f);
-  step();
-  EXPECT_EQ(replayed, download(gate, size_t(n) * f));
-  EXPECT_NE(replayed, eager);
-}
-
-TEST_F(GpuRuntime, AFailedCaptureLeavesTheStreamUsable) {
-  cuda::Graph graph;
-  EXPECT_THROW(graph.capture(stream(), [] { throw std::runtime_error("recording failed"); }),
-               std::runtime_error);
-  EXPECT_FALSE(graph.ready());
-  EXPECT_EQ(status_of([&] { graph.launch(stream()); }), PHOTON_ERR_INTERNAL);
-  const std::vector<float> x = random(2 * 32), w = random(32);
-  float* y = poisoned<float>(x.size());
-  cuda::rmsnorm(upload(x), upload(w), y, 2, 32, 1e-5f, stream());
-  for (float v : download(y, x.size())) ASSERT_TRUE(std::isfinite(v));
+// The row kernel splits a row's keys over blocks only where one launch would leave the device
+// idle: long rows, few of them. Runs everywhere (a host function).
+TEST(GpuKernels, AttentionSplitsOnlyLongRowsOfSmallLaunches) {
+  EXPECT_EQ(cuda::attention_splits(1, 32, 4, 132), 1);        // a window: never split
+  EXPECT_GT(cuda::attention_splits(1, 32, 2000, 132), 1);     // one long row: split
+  EXPECT_EQ(cuda::attention_splits(4096, 32, 2000, 132), 1);  // a full grid already
 }
 
 }  // namespace

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/cpu_features.h"
 
 namespace photon::cpu {
 namespace {
@@ -18,10 +20,22 @@ struct Case {
   std::vector<AttentionSegment> segments;  // k, v filled in by Inputs
 };
 
+// Host memory as a CPU tensor [size / cols, cols] of `dtype`, through a buffer that only names
+// that memory (kept in `buffers`).
+template <class T>
+Tensor view(std::vector<T>& values, int cols, DType dtype,
+            std::vector<std::unique_ptr<Buffer>>& buffers) {
+  const size_t bytes = values.size() * sizeof(T);
+  buffers.push_back(std::make_unique<Buffer>(nullptr, values.data(), bytes));
+  const int64_t rows = static_cast<int64_t>(bytes / dtype_size(dtype)) / cols;
+  return {buffers.back().get(), 0, rows, cols, dtype};
+}
+
 // Random queries and one cache per segment, [start + rows, kv_heads * head_dim] each.
 struct Inputs {
   std::vector<float> q;
   std::vector<std::vector<float>> k, v;
+  std::vector<std::unique_ptr<Buffer>> buffers;
   int rows = 0;
 
   Inputs(Case& c, unsigned seed) {
@@ -37,8 +51,8 @@ struct Inputs {
       for (float& x : v.back()) x = normal(rng);
     }
     for (size_t i = 0; i < c.segments.size(); ++i) {
-      c.segments[i].k = k[i].data();
-      c.segments[i].v = v[i].data();
+      c.segments[i].k = view(k[i], kv_dim, DType::F32, buffers);
+      c.segments[i].v = view(v[i], kv_dim, DType::F32, buffers);
     }
     q.resize(static_cast<size_t>(rows) * c.heads * c.head_dim);
     for (float& x : q) x = normal(rng);
@@ -79,9 +93,15 @@ std::vector<double> reference(const Case& c, const Inputs& in) {
   return out;
 }
 
+// The kernel set a model gets on this processor.
+const SkinnyKernels& widest() {
+  return kernel_functions(default_cpu_kernels());
+}
+
 std::vector<float> run(const Case& c, const Inputs& in, int threads) {
   std::vector<float> out(in.q.size(), NAN);
-  attention(in.q.data(), c.heads, c.kv_heads, c.head_dim, c.segments, out.data(), threads);
+  attention(in.q.data(), {c.heads, c.kv_heads, c.head_dim}, c.segments, out.data(), widest(),
+            threads);
   return out;
 }
 
@@ -133,15 +153,15 @@ TEST(CpuAttention, RowsDoNotDependOnTheRowsBesideThem) {
   const std::vector<float> all = run(whole, in, 2);
   const long width = 64 * 8;
   for (int first = 0; first < 3000; first += 500) {
-    const AttentionSegment part{0, 500, first, in.k[0].data(), in.v[0].data()};
+    const AttentionSegment part{0, 500, first, whole.segments[0].k, whole.segments[0].v};
     std::vector<float> got(static_cast<size_t>(500) * width, NAN);
-    attention(in.q.data() + first * width, 64, 64, 8, {&part, 1}, got.data(), 2);
+    attention(in.q.data() + first * width, {64, 64, 8}, {&part, 1}, got.data(), widest(), 2);
     for (size_t i = 0; i < got.size(); ++i)
       ASSERT_EQ(got[i], all[first * width + i]) << "row " << first + i / width;
   }
-  const AttentionSegment last{0, 1, 2999, in.k[0].data(), in.v[0].data()};
+  const AttentionSegment last{0, 1, 2999, whole.segments[0].k, whole.segments[0].v};
   std::vector<float> alone(width, NAN);
-  attention(in.q.data() + 2999 * width, 64, 64, 8, {&last, 1}, alone.data(), 1);
+  attention(in.q.data() + 2999 * width, {64, 64, 8}, {&last, 1}, alone.data(), widest(), 1);
   for (long i = 0; i < width; ++i) ASSERT_EQ(alone[i], all[2999 * width + i]) << "element " << i;
 }
 
@@ -164,9 +184,8 @@ TEST(CpuAttention, SixteenBitCachesComputeWhatF32CachesOfTheirValuesDo) {
     const std::vector<float> want = run(c, in, 2);
     Case sixteen = c;
     for (size_t i = 0; i < c.segments.size(); i += 2) {  // every other segment: mixed types
-      sixteen.segments[i].k = k16[i].data();
-      sixteen.segments[i].v = v16[i].data();
-      sixteen.segments[i].kv_type = type;
+      sixteen.segments[i].k = view(k16[i], 32, type, in.buffers);
+      sixteen.segments[i].v = view(v16[i], 32, type, in.buffers);
     }
     const std::vector<float> got = run(sixteen, in, 2);
     for (size_t i = 0; i < want.size(); ++i)

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/host_tensor.h"
 #include "backend/cpu/parallel.h"
-#include "backend/cpu/widen.h"
 
 namespace photon::cpu {
 
@@ -28,15 +28,16 @@ struct Shape {
 
 // The rows of one segment's keys or values, in the cache's storage type.
 struct CacheRows {
-  const void* data;
-  DType type;
-  int stride;  // elements per row (kv_heads * head_dim)
+  const Tensor& cache;
+  const SkinnyKernels& kernels;
 
-  // Row j as f32: in place for an f32 cache, else widened into widened[0 .. stride).
+  // Row j as f32: in place for an f32 cache, else widened into widened[0 .. cols).
   const float* row(long j, float* widened) const {
-    if (type == DType::F32) return static_cast<const float*>(data) + j * stride;
-    widen_to_f32(type, static_cast<const uint16_t*>(data) + j * stride, widened,
-                 static_cast<size_t>(stride));
+    if (cache.dtype == DType::F32) return host(cache) + j * cache.cols;
+    if (cache.dtype == DType::BF16)
+      kernels.widen_bf16(host<const Bf16>(cache) + j * cache.cols, widened, cache.cols);
+    else
+      kernels.widen_f16(host<const F16>(cache) + j * cache.cols, widened, cache.cols);
     return widened;
   }
 };
@@ -159,9 +160,11 @@ struct LongRow {
 
 }  // namespace
 
-void attention(const float* q, int heads, int kv_heads, int head_dim,
-               std::span<const AttentionSegment> segments, float* out, int threads) {
-  const Shape s{heads, heads / kv_heads, head_dim, kv_heads * head_dim,
+void attention(const float* q, const AttentionShape& shape,
+               std::span<const AttentionSegment> segments, float* out, const SkinnyKernels& kernels,
+               int threads) {
+  const int heads = shape.heads, head_dim = shape.head_dim;
+  const Shape s{heads, heads / shape.kv_heads, head_dim, shape.kv_dim(),
                 1.0f / std::sqrt(static_cast<float>(head_dim))};
   const long q_stride = static_cast<long>(heads) * head_dim;
   const long partial_size = static_cast<long>(heads) * (2 + head_dim);
@@ -192,7 +195,7 @@ void attention(const float* q, int heads, int kv_heads, int head_dim,
     parallel_for(threads, static_cast<long>(items.size()), [&](long i, int slot) {
       const Item& it = items[i];
       const AttentionSegment& seg = segments[it.segment];
-      const CacheRows k{seg.k, seg.kv_type, s.kv_stride}, v{seg.v, seg.kv_type, s.kv_stride};
+      const CacheRows k{seg.k, kernels}, v{seg.v, kernels};
       float* mine = scratch.data() + static_cast<size_t>(slot) * per_thread;
       const Scratch thread_scratch{mine, mine + score_floats};
       if (it.partial < 0)

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/embed.h"
+#include "backend/cpu/host_tensor.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/logprob.h"
 #include "backend/cpu/rmsnorm.h"
@@ -45,16 +46,6 @@ class HostView final : public Buffer {
       : Buffer(owner, const_cast<void*>(data), bytes) {}
 };
 
-template <typename T = float>
-T* at(const Tensor& t) {
-  return reinterpret_cast<T*>(static_cast<char*>(t.buffer->base()) + t.offset);
-}
-
-void require_f32(const Tensor& t, const char* op) {
-  if (t.dtype != DType::F32)
-    fail(PHOTON_ERR_INTERNAL, std::string("cpu ") + op + ": expected an f32 tensor");
-}
-
 int rows_of(const Tensor& t) {
   return static_cast<int>(t.rows);
 }
@@ -62,15 +53,23 @@ int cols_of(const Tensor& t) {
   return static_cast<int>(t.cols);
 }
 
+// A weight tensor as the kernels take it.
+WeightMatrix matrix(const Tensor& w) {
+  return {host<const char>(w), w.dtype, rows_of(w), cols_of(w)};
+}
+
 }  // namespace
 
-CpuBackend::CpuBackend(int threads) : threads_(threads > 0 ? threads : available_cores()) {}
+CpuBackend::CpuBackend(int threads, CpuKernels kernels)
+    : threads_(threads > 0 ? threads : available_cores()),
+      kernels_(kernels),
+      functions_(kernel_functions(kernels)) {}
 
 std::unique_ptr<Buffer> CpuBackend::allocate(size_t bytes, std::string_view) {
   return std::make_unique<HostBuffer>(this, bytes, memory_);
 }
 
-Tensor CpuBackend::weight(const HostWeight& source, std::string_view) {
+Tensor CpuBackend::do_weight(const HostWeight& source, std::string_view) {
   const size_t n = static_cast<size_t>(source.rows) * source.cols;
   std::unique_ptr<Buffer> buffer;
   DType dtype = source.dtype;
@@ -89,85 +88,78 @@ Tensor CpuBackend::weight(const HostWeight& source, std::string_view) {
   return t;
 }
 
-void CpuBackend::upload(const Tensor& dst, const void* src) {
-  if (dst.bytes() > 0) std::memcpy(at<char>(dst), src, dst.bytes());
+void CpuBackend::do_upload(const Tensor& dst, const void* src) {
+  if (dst.bytes() > 0) std::memcpy(host<char>(dst), src, dst.bytes());
 }
 
-void CpuBackend::download(void* dst, const Tensor& src) {
-  if (src.bytes() > 0) std::memcpy(dst, at<char>(src), src.bytes());
+void CpuBackend::do_download(void* dst, const Tensor& src) {
+  if (src.bytes() > 0) std::memcpy(dst, host<char>(src), src.bytes());
 }
 
-void CpuBackend::copy_rows(std::span<const RowCopy> copies) {
+void CpuBackend::do_copy_rows(std::span<const RowCopy> copies) {
   for (const RowCopy& c : copies)
-    if (c.src.bytes() > 0) std::memcpy(at<char>(c.dst), at<char>(c.src), c.src.bytes());
+    if (c.src.bytes() > 0) std::memcpy(host<char>(c.dst), host<char>(c.src), c.src.bytes());
 }
 
-void CpuBackend::embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) {
-  require_f32(out, "embed");
-  cpu::embed(at<char>(table), table.dtype, cols_of(table), ids, at(out));
+void CpuBackend::do_embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) {
+  cpu::embed(host<char>(table), table.dtype, cols_of(table), ids, host(out));
 }
 
-void CpuBackend::rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) {
-  require_f32(w, "rmsnorm");
-  cpu::rmsnorm(at(x), at(w), at(y), rows_of(x), cols_of(x), eps, threads_);
+void CpuBackend::do_rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) {
+  cpu::rmsnorm(host(x), host(w), host(y), rows_of(x), cols_of(x), eps, threads_);
 }
 
-void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
-                        bool accumulate) {
-  if (bias) require_f32(*bias, "linear bias");
-  cpu::linear(at(x), rows_of(x), {at<const char>(w), w.dtype, rows_of(w), cols_of(w)},
-              bias ? at(*bias) : nullptr, at(y), accumulate, threads_);
+void CpuBackend::do_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+                           bool accumulate) {
+  cpu::linear(host(x), rows_of(x), matrix(w), bias ? host(*bias) : nullptr, host(y), accumulate,
+              functions_, threads_);
 }
 
-void CpuBackend::linear_group(const Tensor& x, std::span<const LinearOut> outs) {
-  std::vector<cpu::Product> products;
+void CpuBackend::do_linear_group(const Tensor& x, std::span<const LinearOut> outs) {
+  std::vector<Product> products;
   products.reserve(outs.size());
-  for (const LinearOut& o : outs)
-    products.push_back({{at<const char>(o.w), o.w.dtype, rows_of(o.w), cols_of(o.w)}, at(o.y)});
-  cpu::linear_group(at(x), rows_of(x), products, threads_);
+  for (const LinearOut& o : outs) products.push_back({matrix(o.w), host(o.y), o.accumulate});
+  cpu::linear_group(host(x), rows_of(x), products, functions_, threads_);
 }
 
-void CpuBackend::rope_table(std::span<const int64_t> positions, int head_dim, float theta,
-                            const Tensor& table) {
-  cpu::rope_table(positions.data(), static_cast<int>(positions.size()), head_dim, theta, at(table));
+void CpuBackend::do_rope_table(std::span<const int64_t> positions, int head_dim, float theta,
+                               const Tensor& table) {
+  cpu::rope_table(positions.data(), static_cast<int>(positions.size()), head_dim, theta,
+                  host(table));
 }
 
-void CpuBackend::rope(const Tensor& x, int heads, const Tensor& table) {
-  cpu::rope_apply(at(x), rows_of(x), heads, cols_of(x) / heads, at(table), threads_);
+void CpuBackend::do_rope(const Tensor& x, int heads, const Tensor& table) {
+  cpu::rope_apply(host(x), rows_of(x), heads, cols_of(x) / heads, host(table), threads_);
 }
 
-void CpuBackend::swiglu(const Tensor& gate, const Tensor& up) {
-  cpu::swiglu(at(gate), at(up), static_cast<size_t>(gate.rows) * gate.cols, threads_);
+void CpuBackend::do_swiglu(const Tensor& gate, const Tensor& up) {
+  cpu::swiglu(host(gate), host(up), static_cast<size_t>(gate.rows) * gate.cols, threads_);
 }
 
-void CpuBackend::kv_append(const Tensor& k, const Tensor& v,
-                           std::span<const photon::AttentionSegment> segments) {
-  for (const photon::AttentionSegment& s : segments) {
+void CpuBackend::do_kv_append(const Tensor& k, const Tensor& v,
+                              std::span<const AttentionSegment> segments) {
+  for (const AttentionSegment& s : segments) {
     const Tensor k_rows = k.slice(s.row0, s.rows), v_rows = v.slice(s.row0, s.rows);
     const size_t n = static_cast<size_t>(k_rows.rows * k_rows.cols);
     if (n == 0) continue;
     // A 16-bit cache takes each value rounded to nearest even, once.
-    convert_from_f32(s.k.dtype, at(k_rows), at<char>(s.k.slice(s.start, s.rows)), n);
-    convert_from_f32(s.v.dtype, at(v_rows), at<char>(s.v.slice(s.start, s.rows)), n);
+    convert_from_f32(s.k.dtype, host(k_rows), host<char>(s.k.slice(s.start, s.rows)), n);
+    convert_from_f32(s.v.dtype, host(v_rows), host<char>(s.v.slice(s.start, s.rows)), n);
   }
 }
 
-void CpuBackend::attention(const Tensor& q, const AttentionShape& shape,
-                           std::span<const photon::AttentionSegment> segments, const Tensor& out) {
-  std::vector<cpu::AttentionSegment> rows;
-  rows.reserve(segments.size());
-  for (const photon::AttentionSegment& s : segments)
-    rows.push_back({s.row0, s.rows, s.start, at<char>(s.k), at<char>(s.v), s.k.dtype});
-  cpu::attention(at(q), shape.heads, shape.kv_heads, shape.head_dim, rows, at(out), threads_);
+void CpuBackend::do_attention(const Tensor& q, const AttentionShape& shape,
+                              std::span<const AttentionSegment> segments, const Tensor& out) {
+  cpu::attention(host(q), shape, segments, host(out), functions_, threads_);
 }
 
-void CpuBackend::sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
-                        float* logprobs) {
+void CpuBackend::do_sample(const Tensor& logits, std::span<const SampleRequest> rows,
+                           int32_t* tokens, float* logprobs) {
   const int vocab = cols_of(logits);
   Sampler sampler;
   std::vector<float> row;
   for (size_t i = 0; i < rows.size(); ++i) {
-    const float* raw = at(logits.row(static_cast<int64_t>(i)));
+    const float* raw = host(logits.row(static_cast<int64_t>(i)));
     row.assign(raw, raw + vocab);  // the sampler filters in place; the log-probability is raw
     const SampleRequest& r = rows[i];
     tokens[i] = sampler.sample(*r.config, row.data(), vocab, r.position, r.history);
@@ -175,10 +167,10 @@ void CpuBackend::sample(const Tensor& logits, std::span<const SampleRequest> row
   }
 }
 
-void CpuBackend::logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) {
+void CpuBackend::do_logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) {
   const int vocab = cols_of(logits);
   for (size_t i = 0; i < targets.size(); ++i) {
-    const float* row = at(logits.row(static_cast<int64_t>(i)));
+    const float* row = host(logits.row(static_cast<int64_t>(i)));
     out[i] = static_cast<float>(row[targets[i]] - log_sum_exp(row, vocab));
   }
 }
@@ -188,7 +180,7 @@ void CpuBackend::logprobs(const Tensor& logits, std::span<const int32_t> targets
 namespace photon {
 
 std::unique_ptr<Backend> make_cpu_backend(int threads) {
-  return std::make_unique<cpu::CpuBackend>(threads);
+  return std::make_unique<cpu::CpuBackend>(threads, cpu::default_cpu_kernels());
 }
 
 }  // namespace photon

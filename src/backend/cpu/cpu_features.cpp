@@ -1,5 +1,10 @@
 #include "backend/cpu/cpu_features.h"
 
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+
 #if defined(PHOTON_X86_KERNELS)
 #include <cpuid.h>
 #endif
@@ -55,6 +60,50 @@ bool cpu_has_avx2() {
 bool cpu_has_avx512() {
   static const bool has = detect_avx512();
   return has;
+}
+
+const char* cpu_kernels_name(CpuKernels kernels) {
+  switch (kernels) {
+    case CpuKernels::Portable: return "portable";
+    case CpuKernels::Avx2: return "avx2";
+    case CpuKernels::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+bool cpu_kernels_available(CpuKernels kernels) {
+  switch (kernels) {
+    case CpuKernels::Portable: return true;
+    case CpuKernels::Avx2: return cpu_has_avx2();
+    case CpuKernels::Avx512: return cpu_has_avx512();
+  }
+  return false;
+}
+
+CpuKernels default_cpu_kernels() {
+  static const CpuKernels chosen = [] {
+    // $PHOTON_CPU_KERNELS caps the choice, to compare kernels in one build or to rule one out.
+    const char* cap = std::getenv("PHOTON_CPU_KERNELS");
+    const std::string widest = cap ? cap : "";
+    if (widest != "portable" && widest != "avx2" && cpu_has_avx512()) return CpuKernels::Avx512;
+    if (widest != "portable" && cpu_has_avx2()) return CpuKernels::Avx2;
+    return CpuKernels::Portable;
+  }();
+  return chosen;
+}
+
+const SkinnyKernels& kernel_functions(CpuKernels kernels) {
+  if (!cpu_kernels_available(kernels))
+    fail(PHOTON_ERR_UNSUPPORTED,
+         std::string("cpu kernels ") + cpu_kernels_name(kernels) +
+             (kernels == CpuKernels::Avx512 ? ": this processor (or build) has no AVX-512F"
+                                            : ": this processor (or build) has no AVX2, FMA and "
+                                              "F16C"));
+#if defined(PHOTON_X86_KERNELS)
+  if (kernels == CpuKernels::Avx512) return kSkinnyAvx512;
+  if (kernels == CpuKernels::Avx2) return kSkinnyAvx2;
+#endif
+  return kSkinnyPortable;
 }
 
 }  // namespace photon::cpu

@@ -1,6 +1,9 @@
 // What the processor offers the CPU backend's kernels, asked once at run time, so that one build
-// runs everywhere and uses the widest instructions each machine has.
+// runs everywhere and uses the widest instructions each machine has; and the kernel sets built on
+// it, one of which each CPU backend computes with.
 #pragma once
+
+#include "backend/cpu/skinny_gemm.h"
 
 namespace photon::cpu {
 
@@ -9,5 +12,24 @@ bool cpu_has_avx2();
 
 // AVX-512F besides the above, with the operating system saving the 512-bit and mask registers.
 bool cpu_has_avx512();
+
+// The vector kernel sets of the CPU backend, narrowest first: plain C++ (any CPU), AVX2 + FMA +
+// F16C, AVX-512F. Every set gives the same bits on every op except the skinny products, where the
+// portable set's separate multiplies and adds agree with the others' fused ones to within f32
+// rounding (skinny_gemm.h).
+enum class CpuKernels { Portable, Avx2, Avx512 };
+
+// "portable", "avx2", "avx512".
+const char* cpu_kernels_name(CpuKernels kernels);
+
+// Whether this build has the set and this processor runs it (the portable set: always).
+bool cpu_kernels_available(CpuKernels kernels);
+
+// The widest available set, at most $PHOTON_CPU_KERNELS ("avx2" or "portable"; photon.h), read
+// once per process: what make_cpu_backend gives every model.
+CpuKernels default_cpu_kernels();
+
+// The set's functions; PHOTON_ERR_UNSUPPORTED, naming what is missing, where it is not available.
+const SkinnyKernels& kernel_functions(CpuKernels kernels);
 
 }  // namespace photon::cpu

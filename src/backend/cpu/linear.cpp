@@ -1,10 +1,7 @@
 #include "backend/cpu/linear.h"
 
 #include <array>
-#include <cstdlib>
-#include <string>
 
-#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/parallel.h"
 #include "backend/cpu/skinny_gemm.h"
 
@@ -33,37 +30,17 @@ SkinnyKernel skinny_kernel(const SkinnyKernels& k, DType dtype) {
   return dtype == DType::F32 ? k.f32 : dtype == DType::BF16 ? k.bf16 : k.f16;
 }
 
-}  // namespace
-
-const SkinnyKernels& skinny_kernels() {
-  static const SkinnyKernels& chosen = []() -> const SkinnyKernels& {
-    // $PHOTON_CPU_KERNELS caps the choice (photon.h), to compare kernels in one build or to rule
-    // one out; the results are the same bits with either vector set.
-    const char* cap = std::getenv("PHOTON_CPU_KERNELS");
-    const std::string widest = cap ? cap : "";
-    if (widest == "portable") return kSkinnyPortable;
-#if defined(PHOTON_X86_KERNELS)
-    if (cpu_has_avx512() && widest != "avx2") return kSkinnyAvx512;
-    if (cpu_has_avx2()) return kSkinnyAvx2;
-#endif
-    return kSkinnyPortable;
-  }();
-  return chosen;
-}
-
-namespace {
-
 // The skinny kernels over the outputs of every product in one parallel region, so that a thread
 // done with one matrix goes on to the next instead of waiting at the end of each.
-void skinny_products(const float* x, int n, std::span<const Product> products, int threads) {
+void skinny_products(const float* x, int n, std::span<const Product> products,
+                     const SkinnyKernels& skinny, int threads) {
   // Groups are small (Q, K, V at most): longer ones go a few products at a time, so that the item
   // tables below live on the stack instead of the heap at every call.
   constexpr size_t kMaxGroup = 4;
   if (products.size() > kMaxGroup) {
-    skinny_products(x, n, products.first(kMaxGroup), threads);
-    return skinny_products(x, n, products.subspan(kMaxGroup), threads);
+    skinny_products(x, n, products.first(kMaxGroup), skinny, threads);
+    return skinny_products(x, n, products.subspan(kMaxGroup), skinny, threads);
   }
-  const SkinnyKernels& skinny = skinny_kernels();
   long macs = 0;
   for (const Product& p : products) macs += static_cast<long>(n) * p.w.out * p.w.in;
   const int wanted = threads_for(macs, kMinMacsPerThread, threads);
@@ -92,10 +69,10 @@ void skinny_products(const float* x, int n, std::span<const Product> products, i
 }  // namespace
 
 void linear(const float* x, int n, const WeightMatrix& w, const float* bias, float* y,
-            bool accumulate, int threads) {
+            bool accumulate, const SkinnyKernels& kernels, int threads) {
   if (n <= 0 || w.out <= 0) return;
   const Product product{w, y, accumulate};
-  skinny_products(x, n, {&product, 1}, threads);
+  skinny_products(x, n, {&product, 1}, kernels, threads);
   if (bias) {
     for (long r = 0; r < n; ++r) {
       float* row = y + r * w.out;
@@ -104,14 +81,10 @@ void linear(const float* x, int n, const WeightMatrix& w, const float* bias, flo
   }
 }
 
-void linear_group(const float* x, int n, std::span<const Product> products, int threads) {
+void linear_group(const float* x, int n, std::span<const Product> products,
+                  const SkinnyKernels& kernels, int threads) {
   if (n <= 0 || products.empty()) return;
-  skinny_products(x, n, products, threads);
-}
-
-void linear(const float* x, int n, int in, const float* w, int out, const float* bias, float* y,
-            bool accumulate) {
-  linear(x, n, {w, DType::F32, out, in}, bias, y, accumulate, available_cores());
+  skinny_products(x, n, products, kernels, threads);
 }
 
 }  // namespace photon::cpu

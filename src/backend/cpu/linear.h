@@ -4,40 +4,23 @@
 
 #include <span>
 
-#include "core/dtype.h"
+#include "backend/cpu/skinny_gemm.h"
+#include "backend/descriptors.h"
 
 namespace photon::cpu {
 
-// A weight matrix as it lies in the model file: [out, in], row-major, `dtype` elements.
-struct WeightMatrix {
-  const void* data = nullptr;
-  DType dtype = DType::F32;
-  int out = 0;
-  int in = 0;
-};
-
-// Every row count runs the skinny kernels (skinny_gemm.h), so that a row's result depends on its
-// own activations and the weights only: not on the rows beside it (a batch, a prompt however it
-// is sliced, RecGen's sibling windows), the threads or the work items. The outputs are split
-// over at most `threads` threads. accumulate: y += x W^T instead of y = x W^T. bias (may be
-// null) is then added to every row.
+// Every row count runs the skinny kernels (skinny_gemm.h) of the given set, so that a row's
+// result depends on its own activations and the weights only: not on the rows beside it (a
+// batch, a prompt however it is sliced, RecGen's sibling windows), the threads or the work items.
+// The outputs are split over at most `threads` threads. accumulate: y += x W^T instead of
+// y = x W^T. bias (may be null) is then added to every row.
 void linear(const float* x, int n, const WeightMatrix& w, const float* bias, float* y,
-            bool accumulate, int threads);
-
-// One product of linear_group: y[n, w.out] (+)= x . w^T.
-struct Product {
-  WeightMatrix w;
-  float* y = nullptr;
-  bool accumulate = false;
-};
+            bool accumulate, const SkinnyKernels& kernels, int threads);
 
 // linear() of one input with several weight matrices of its width, without biases (attention's Q,
 // K and V; the FFN's gate and up): each result the same bits as its own linear() call, the work
 // items of all of them in one parallel region.
-void linear_group(const float* x, int n, std::span<const Product> products, int threads);
-
-// The same for f32 weights on every core (the reference of other backends' tests).
-void linear(const float* x, int n, int in, const float* w, int out, const float* bias, float* y,
-            bool accumulate = false);
+void linear_group(const float* x, int n, std::span<const Product> products,
+                  const SkinnyKernels& kernels, int threads);
 
 }  // namespace photon::cpu

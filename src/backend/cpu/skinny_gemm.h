@@ -40,9 +40,12 @@ struct SkinnyArgs {
 
 using SkinnyKernel = void (*)(const SkinnyArgs&);
 
-// The kernels of one instruction set, per weight type.
+// The kernels of one instruction set: the skinny products per weight type, and the exact widening
+// of n 16-bit values to f32 (attention over bf16 and f16 KV caches).
 struct SkinnyKernels {
   SkinnyKernel f32, bf16, f16;
+  void (*widen_bf16)(const Bf16* src, float* dst, long n);
+  void (*widen_f16)(const F16* src, float* dst, long n);
 };
 
 // Plain C++ (any CPU).
@@ -51,8 +54,5 @@ extern const SkinnyKernels kSkinnyPortable;
 extern const SkinnyKernels kSkinnyAvx2;
 // AVX-512F, likewise, where cpu_has_avx512() says; the same bits as kSkinnyAvx2.
 extern const SkinnyKernels kSkinnyAvx512;
-
-// The widest of the above this CPU runs, at most $PHOTON_CPU_KERNELS (defined in linear.cpp).
-const SkinnyKernels& skinny_kernels();
 
 }  // namespace photon::cpu

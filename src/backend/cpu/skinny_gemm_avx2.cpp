@@ -46,8 +46,16 @@ struct Avx2 : X86Common {
   static float sum(const Vec* parts) { return sum8(_mm256_add_ps(parts[0], parts[1])); }
 };
 
+template <class W>
+void widen(const W* src, float* dst, long n) {
+  long i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, widen8(src + i));
+  for (; i < n; ++i) dst[i] = Avx2::scalar(src + i);
+}
+
 }  // namespace
 
-const SkinnyKernels kSkinnyAvx2 = {skinny<Avx2, float>, skinny<Avx2, Bf16>, skinny<Avx2, F16>};
+const SkinnyKernels kSkinnyAvx2 = {skinny<Avx2, float>, skinny<Avx2, Bf16>, skinny<Avx2, F16>,
+                                   widen<Bf16>, widen<F16>};
 
 }  // namespace photon::cpu

@@ -50,9 +50,14 @@ struct Portable {
   static float fma1(float a, float b, float c) { return a * b + c; }
 };
 
+template <class W>
+void widen(const W* src, float* dst, long n) {
+  for (long i = 0; i < n; ++i) dst[i] = Portable::scalar(src + i);
+}
+
 }  // namespace
 
 const SkinnyKernels kSkinnyPortable = {skinny<Portable, float>, skinny<Portable, Bf16>,
-                                       skinny<Portable, F16>};
+                                       skinny<Portable, F16>, widen<Bf16>, widen<F16>};
 
 }  // namespace photon::cpu

@@ -23,15 +23,14 @@ constexpr int kMinKeysPerSplit = 128;
 template <class KV, int kDimsPerLane>
 __global__ void __launch_bounds__(kThreads)
     attention_kernel(const float* q, int heads, int kv_heads, int head_dim,
-                     const AttentionSegment* segments, int n_segments, float* partials,
-                     float* out) {
+                     const DeviceSegment* segments, int n_segments, float* partials, float* out) {
   __shared__ float q_shared[kWarps][kMaxAttentionHeadDim];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row = blockIdx.x, head = blockIdx.y * kWarps + warp;
   const int split = blockIdx.z, splits = gridDim.z;
   const int s = find_segment(segments, n_segments, row);
   if (s < 0 || head >= heads) return;  // whole warps leave; only warp-level syncs follow
-  const AttentionSegment seg = segments[s];
+  const DeviceSegment seg = segments[s];
   const int keys = seg.start + (row - seg.row0) + 1;
   const int per_split = (keys + splits - 1) / splits;
   const int begin = split * per_split, end = min(keys, begin + per_split);
@@ -104,7 +103,7 @@ __global__ void __launch_bounds__(kThreads)
 // grid (n_rows, heads), one warp each: merges the splits' partial softmaxes.
 // partials: [n_rows, heads, splits, 2 + head_dim]; out: [n_rows, heads, head_dim].
 __global__ void attention_combine_kernel(const float* partials, int heads, int head_dim, int splits,
-                                         const AttentionSegment* segments, int n_segments,
+                                         const DeviceSegment* segments, int n_segments,
                                          float* out) {
   const int row = blockIdx.x;
   if (find_segment(segments, n_segments, row) < 0) return;
@@ -127,7 +126,7 @@ __global__ void attention_combine_kernel(const float* partials, int heads, int h
 
 template <class KV>
 void launch_typed(dim3 grid, const float* q, const AttentionShape& shape,
-                  const AttentionSegment* segments, int n_segments, float* partials, float* out,
+                  const DeviceSegment* segments, int n_segments, float* partials, float* out,
                   cudaStream_t stream) {
   const int h = shape.heads, hk = shape.kv_heads, d = shape.head_dim;
   if (d <= 64)
@@ -142,14 +141,12 @@ void launch_typed(dim3 grid, const float* q, const AttentionShape& shape,
   check_launch("attention_kernel");
 }
 
+// Within the op contract (backend.h), the kernels' own limit.
 void validate(const AttentionShape& shape) {
-  const bool ok = shape.heads > 0 && shape.kv_heads > 0 && shape.heads % shape.kv_heads == 0 &&
-                  shape.head_dim > 0 && shape.head_dim % 2 == 0 &&
-                  shape.head_dim <= kMaxAttentionHeadDim;
-  check(ok, PHOTON_ERR_UNSUPPORTED,
-        "cuda::attention: unsupported shape (heads " + std::to_string(shape.heads) + ", kv_heads " +
-            std::to_string(shape.kv_heads) + ", head_dim " + std::to_string(shape.head_dim) +
-            "; head_dim must be even and at most " + std::to_string(kMaxAttentionHeadDim) + ")");
+  check(shape.head_dim <= kMaxAttentionHeadDim, PHOTON_ERR_UNSUPPORTED,
+        "CUDA attention: " + std::to_string(shape.head_dim) +
+            " values per head are more than the kernels take (" +
+            std::to_string(kMaxAttentionHeadDim) + ")");
 }
 
 }  // namespace
@@ -168,15 +165,15 @@ size_t attention_partials_bytes(int n_rows, int heads, int head_dim, int splits)
   return static_cast<size_t>(n_rows) * heads * splits * (2 + head_dim) * sizeof(float);
 }
 
-void attention_launch(const float* q, const AttentionShape& shape, const AttentionSegment* segments,
-                      int n_segments, int n_rows, int splits, float* partials, float* out,
-                      cudaStream_t stream) {
+void attention_launch(const float* q, const AttentionShape& shape, DType kv_dtype,
+                      const DeviceSegment* segments, int n_segments, int n_rows, int splits,
+                      float* partials, float* out, cudaStream_t stream) {
   if (n_rows <= 0 || n_segments <= 0) return;
   validate(shape);
   check(splits >= 1 && splits <= 65535 && (splits == 1 || partials), PHOTON_ERR_INTERNAL,
         "cuda::attention_launch: bad split count or missing partials");
   const dim3 grid(n_rows, (shape.heads + kWarps - 1) / kWarps, splits);
-  switch (shape.kv_dtype) {
+  switch (kv_dtype) {
     case DType::F32:
       launch_typed<float>(grid, q, shape, segments, n_segments, partials, out, stream);
       break;
@@ -192,37 +189,6 @@ void attention_launch(const float* q, const AttentionShape& shape, const Attenti
         partials, shape.heads, shape.head_dim, splits, segments, n_segments, out);
     check_launch("attention_combine_kernel");
   }
-}
-
-void attention(const float* q, const AttentionShape& shape,
-               std::span<const AttentionSegment> segments, float* out, Arena& scratch,
-               cudaStream_t stream, int splits) {
-  if (segments.empty()) return;
-  validate(shape);
-  int n_rows = 0, max_keys = 0;
-  for (size_t i = 0; i < segments.size(); ++i) {
-    const AttentionSegment& seg = segments[i];
-    check(seg.rows >= 0 && seg.start >= 0 && seg.row0 >= n_rows, PHOTON_ERR_INTERNAL,
-          "cuda::attention: segment " + std::to_string(i) + " overlaps or precedes the one before");
-    n_rows = seg.row0 + seg.rows;
-    max_keys = std::max(max_keys, seg.start + seg.rows);
-  }
-  if (splits <= 0) {
-    int device = 0, multiprocessors = 0;
-    PHOTON_CUDA_CHECK(cudaGetDevice(&device));
-    PHOTON_CUDA_CHECK(
-        cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-    splits = attention_splits(n_rows, shape.heads, max_keys, multiprocessors);
-  }
-  ArenaScope scope(scratch);
-  const AttentionSegment* staged = stage(scratch, segments, "attention segments", stream);
-  float* partials = nullptr;
-  if (splits > 1)
-    partials = static_cast<float*>(
-        scratch.take_bytes(attention_partials_bytes(n_rows, shape.heads, shape.head_dim, splits),
-                           "attention partials"));
-  attention_launch(q, shape, staged, static_cast<int>(segments.size()), n_rows, splits, partials,
-                   out, stream);
 }
 
 }  // namespace photon::cuda

@@ -1,5 +1,5 @@
-// Causal grouped-query attention on the device (spec section 2), over segments as in
-// cpu::attention: one kernel serves
+// Causal grouped-query attention on the device (spec section 2), over segments
+// (backend/descriptors.h): one kernel serves
 //   (a) prefill of a level's stream: one long segment, row i attending to keys 0 .. start + i;
 //   (b) decode: one query row per sequence against its KV cache; long caches are split over
 //       several blocks (flash-decoding) and the partial softmaxes combined;
@@ -11,32 +11,18 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
-#include <span>
 
-#include "backend/cuda/buffer.h"
+#include "backend/descriptors.h"
 #include "core/dtype.h"
 
 namespace photon::cuda {
 
-// Query rows [row0, row0 + rows) sit at positions start .. start + rows - 1 of one sequence whose
-// cache k, v holds [start + rows, kv_heads * head_dim] values of the cache's dtype (f32, bf16,
-// f16), position 0 first (one layer of a DeviceKvCache). Row i attends to keys 0 .. start + i.
-// Segments passed to a launch cover ascending, non-overlapping row ranges.
-struct AttentionSegment {
-  int row0 = 0;
-  int rows = 0;
-  int start = 0;
-  void* k = nullptr;  // device memory; written by kv_append, read by attention
-  void* v = nullptr;
-};
+// A segment as the kernels read it from device memory: its caches' device addresses (position 0
+// of one layer), all of one launch's kv dtype. A launch's segments cover ascending, disjoint row
+// ranges.
+using DeviceSegment = BasicAttentionSegment<void*>;
 
-struct AttentionShape {
-  int heads = 0;
-  int kv_heads = 0;
-  int head_dim = 0;  // even, at most kMaxAttentionHeadDim
-  DType kv_dtype = DType::F32;
-};
-
+// The most values per head the kernels take (PHOTON_ERR_UNSUPPORTED beyond).
 constexpr int kMaxAttentionHeadDim = 256;
 
 // Blocks per query head over which a row's keys are split: 1 unless the launch is too small to
@@ -46,13 +32,12 @@ int attention_splits(int n_rows, int heads, int max_keys, int multiprocessors);
 size_t attention_partials_bytes(int n_rows, int heads, int head_dim, int splits);
 
 // q: [n_rows, heads * head_dim] f32; out: [n_rows, heads * head_dim] f32 (heads concatenated);
-// segments: [n_segments] device descriptors; partials: attention_partials_bytes of device
-// scratch (null when splits == 1). Rows outside every segment are left untouched. Everything is
-// on the device, so a decode step recorded into a CUDA graph replays with fresh cache lengths
-// once the caller rewrites the descriptors.
-void attention_launch(const float* q, const AttentionShape& shape, const AttentionSegment* segments,
-                      int n_segments, int n_rows, int splits, float* partials, float* out,
-                      cudaStream_t stream);
+// segments: [n_segments] device descriptors whose caches hold kv_dtype; partials:
+// attention_partials_bytes of device scratch (null when splits == 1). Rows outside every segment
+// are left untouched.
+void attention_launch(const float* q, const AttentionShape& shape, DType kv_dtype,
+                      const DeviceSegment* segments, int n_segments, int n_rows, int splits,
+                      float* partials, float* out, cudaStream_t stream);
 
 // ---- tiled (flash-style) kernel for long segments: prefill ----
 // A block takes a tile of kAttentionTileRows query rows of one segment for one query head, and
@@ -73,14 +58,8 @@ bool attention_tiled_supports(const AttentionShape& shape);
 
 // q, out as attention_launch; segments and tiles: device descriptors. Rows of segments that no
 // tile covers are left untouched.
-void attention_tiled_launch(const float* q, const AttentionShape& shape,
-                            const AttentionSegment* segments, const AttentionTile* tiles,
-                            int n_tiles, float* out, cudaStream_t stream);
-
-// Convenience for host descriptors: stages them and the partials in `scratch` (returned before
-// this returns), chooses the splits unless `splits` > 0, and launches.
-void attention(const float* q, const AttentionShape& shape,
-               std::span<const AttentionSegment> segments, float* out, Arena& scratch,
-               cudaStream_t stream, int splits = 0);
+void attention_tiled_launch(const float* q, const AttentionShape& shape, DType kv_dtype,
+                            const DeviceSegment* segments, const AttentionTile* tiles, int n_tiles,
+                            float* out, cudaStream_t stream);
 
 }  // namespace photon::cuda

@@ -29,8 +29,7 @@ size_t shared_bytes(int head_dim) {
 template <class KV, int kDims>
 __global__ void __launch_bounds__(kThreads)
     attention_tiled_kernel(const float* q, int heads, int kv_heads, int head_dim,
-                           const AttentionSegment* segments, const AttentionTile* tiles,
-                           float* out) {
+                           const DeviceSegment* segments, const AttentionTile* tiles, float* out) {
   extern __shared__ float4 shared_memory[];
   const int stride = head_dim + kPad;
   float* qs = reinterpret_cast<float*>(shared_memory);
@@ -38,7 +37,7 @@ __global__ void __launch_bounds__(kThreads)
   float* vs = ks + kTileKeys * stride;
 
   const AttentionTile tile = tiles[blockIdx.x];
-  const AttentionSegment seg = segments[tile.segment];
+  const DeviceSegment seg = segments[tile.segment];
   const int head = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int rows = min(kAttentionTileRows, seg.rows - tile.first);
@@ -142,7 +141,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class KV, int kDims>
-void launch(const float* q, const AttentionShape& shape, const AttentionSegment* segments,
+void launch(const float* q, const AttentionShape& shape, const DeviceSegment* segments,
             const AttentionTile* tiles, int n_tiles, float* out, cudaStream_t stream) {
   const auto kernel = attention_tiled_kernel<KV, kDims>;
   const size_t bytes = shared_bytes(shape.head_dim);
@@ -156,7 +155,7 @@ void launch(const float* q, const AttentionShape& shape, const AttentionSegment*
 }
 
 template <class KV>
-void launch_typed(const float* q, const AttentionShape& shape, const AttentionSegment* segments,
+void launch_typed(const float* q, const AttentionShape& shape, const DeviceSegment* segments,
                   const AttentionTile* tiles, int n_tiles, float* out, cudaStream_t stream) {
   if (shape.head_dim <= 32)
     launch<KV, 1>(q, shape, segments, tiles, n_tiles, out, stream);
@@ -169,18 +168,17 @@ void launch_typed(const float* q, const AttentionShape& shape, const AttentionSe
 }  // namespace
 
 bool attention_tiled_supports(const AttentionShape& shape) {
-  return shape.heads > 0 && shape.kv_heads > 0 && shape.heads % shape.kv_heads == 0 &&
-         shape.head_dim > 0 && shape.head_dim % 4 == 0 && shape.head_dim <= kMaxTiledHeadDim;
+  return shape.head_dim % 4 == 0 && shape.head_dim <= kMaxTiledHeadDim && shape.heads <= 65535;
 }
 
-void attention_tiled_launch(const float* q, const AttentionShape& shape,
-                            const AttentionSegment* segments, const AttentionTile* tiles,
-                            int n_tiles, float* out, cudaStream_t stream) {
+void attention_tiled_launch(const float* q, const AttentionShape& shape, DType kv_dtype,
+                            const DeviceSegment* segments, const AttentionTile* tiles, int n_tiles,
+                            float* out, cudaStream_t stream) {
   if (n_tiles <= 0) return;
-  check(attention_tiled_supports(shape) && shape.heads <= 65535, PHOTON_ERR_INTERNAL,
+  check(attention_tiled_supports(shape), PHOTON_ERR_INTERNAL,
         "cuda::attention_tiled_launch: unsupported shape (head_dim " +
             std::to_string(shape.head_dim) + ")");
-  switch (shape.kv_dtype) {
+  switch (kv_dtype) {
     case DType::F32: launch_typed<float>(q, shape, segments, tiles, n_tiles, out, stream); break;
     case DType::BF16:
       launch_typed<__nv_bfloat16>(q, shape, segments, tiles, n_tiles, out, stream);

@@ -51,19 +51,7 @@ void* Arena::take_bytes(size_t bytes, std::string_view what) {
                                        describe_bytes(bytes) + " more for " + std::string(what));
   void* piece = static_cast<char*>(buffer_.data()) + used_;
   used_ += rounded;
-  if (used_ > peak_) peak_ = used_;
   return piece;
-}
-
-void copy_to_device(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
-  if (bytes == 0) return;
-  PHOTON_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
-}
-
-void copy_to_host(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
-  if (bytes == 0) return;
-  PHOTON_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
-  PHOTON_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 }  // namespace photon::cuda

@@ -1,12 +1,10 @@
-// Device memory: an owning buffer, a bump arena for per-step scratch, and host <-> device copies.
-// Steady decoding takes its scratch from an Arena, so a step calls cudaMalloc never and can be
-// captured into a CUDA graph.
+// Device memory: an owning buffer, and a bump arena for per-step scratch. Steady decoding takes its
+// scratch from an Arena, so a step never calls cudaMalloc.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
-#include <span>
 #include <string>
 #include <string_view>
 
@@ -29,18 +27,14 @@ class DeviceBuffer {
 
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
 
-// One DeviceBuffer handed out front to back in 256-byte aligned pieces. Pieces are returned all
-// at once (reset, or rewind to a mark). Work is issued on one stream, so a piece returned while a
+// One DeviceBuffer handed out front to back in 256-byte aligned pieces. Pieces are returned
+// together, by rewinding to a mark. Work is issued on one stream, so a piece returned while a
 // kernel still reads it is only reused by work queued after that kernel.
 class Arena {
  public:
@@ -58,15 +52,12 @@ class Arena {
 
   size_t mark() const { return used_; }
   void rewind(size_t mark) { used_ = mark; }
-  void reset() { used_ = 0; }
-  size_t used() const { return used_; }
-  size_t peak() const { return peak_; }
   size_t capacity() const { return buffer_.bytes(); }
 
  private:
   DeviceBuffer buffer_;
   std::string name_;
-  size_t used_ = 0, peak_ = 0;
+  size_t used_ = 0;
 };
 
 // Returns an arena to its mark at the end of a scope.
@@ -81,27 +72,5 @@ class ArenaScope {
   Arena& arena_;
   size_t mark_;
 };
-
-// Queues a host -> device copy on the stream. A pageable `src` may be reused once this returns.
-void copy_to_device(void* dst, const void* src, size_t bytes, cudaStream_t stream);
-// Device -> host; returns when the data has arrived (it waits for the stream).
-void copy_to_host(void* dst, const void* src, size_t bytes, cudaStream_t stream);
-
-template <class T>
-void copy_to_device(T* dst, std::span<const T> src, cudaStream_t stream) {
-  copy_to_device(static_cast<void*>(dst), src.data(), src.size_bytes(), stream);
-}
-template <class T>
-void copy_to_host(std::span<T> dst, const T* src, cudaStream_t stream) {
-  copy_to_host(dst.data(), static_cast<const void*>(src), dst.size_bytes(), stream);
-}
-
-// Copies host data into fresh arena memory (descriptors and small per-step tables).
-template <class T>
-T* stage(Arena& arena, std::span<const T> src, std::string_view what, cudaStream_t stream) {
-  T* dst = arena.take<T>(src.size(), what);
-  copy_to_device(dst, src, stream);
-  return dst;
-}
 
 }  // namespace photon::cuda

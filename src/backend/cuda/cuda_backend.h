@@ -37,6 +37,14 @@
 
 namespace photon::cuda {
 
+// A tensor's device address (the op contract has checked that it is in the backend's memory).
+inline void* address(const Tensor& t) {
+  return t.buffer ? static_cast<char*>(t.buffer->base()) + t.offset : nullptr;
+}
+inline float* f32(const Tensor& t) {
+  return static_cast<float*>(address(t));
+}
+
 struct CudaOptions {
   int ordinal = 0;
   bool exact_f32 = false;  // DeviceChoice::exact_f32
@@ -53,31 +61,34 @@ class CudaBackend : public Backend {
   int64_t prefill_pass_rows() const override { return 4096; }
 
   std::unique_ptr<Buffer> allocate(size_t bytes, std::string_view what) override;
-  Tensor weight(const HostWeight& source, std::string_view name) override;
-  void upload(const Tensor& dst, const void* src) override;
-  void download(void* dst, const Tensor& src) override;
-  void copy_rows(std::span<const RowCopy> copies) override;
-
-  void embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) override;
-  void rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) override;
-  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
-              bool accumulate) override;
-  void linear_group(const Tensor& x, std::span<const LinearOut> outs) override;
-  void rope_table(std::span<const int64_t> positions, int head_dim, float theta,
-                  const Tensor& table) override;
-  void rope(const Tensor& x, int heads, const Tensor& table) override;
-  void swiglu(const Tensor& gate, const Tensor& up) override;
-  void kv_append(const Tensor& k, const Tensor& v,
-                 std::span<const photon::AttentionSegment> segments) override;
-  void attention(const Tensor& q, const photon::AttentionShape& shape,
-                 std::span<const photon::AttentionSegment> segments, const Tensor& out) override;
-
-  void sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
-              float* logprobs) override;
-  void logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) override;
 
   // Returns a pool buffer (Buffer destructors call it).
   void release(void* device_memory) noexcept;
+
+ protected:
+  // The ops (backend.h), for the module's backend to wrap (module.cpp).
+  Tensor do_weight(const HostWeight& source, std::string_view name) override;
+  void do_upload(const Tensor& dst, const void* src) override;
+  void do_download(void* dst, const Tensor& src) override;
+  void do_copy_rows(std::span<const RowCopy> copies) override;
+
+  void do_embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) override;
+  void do_rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) override;
+  void do_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+                 bool accumulate) override;
+  void do_linear_group(const Tensor& x, std::span<const LinearOut> outs) override;
+  void do_rope_table(std::span<const int64_t> positions, int head_dim, float theta,
+                     const Tensor& table) override;
+  void do_rope(const Tensor& x, int heads, const Tensor& table) override;
+  void do_swiglu(const Tensor& gate, const Tensor& up) override;
+  void do_kv_append(const Tensor& k, const Tensor& v,
+                    std::span<const AttentionSegment> segments) override;
+  void do_attention(const Tensor& q, const AttentionShape& shape,
+                    std::span<const AttentionSegment> segments, const Tensor& out) override;
+
+  void do_sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
+                 float* logprobs) override;
+  void do_logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) override;
 
  private:
   // Held by every op: the backend's lock, with its device current on the calling thread (the
@@ -117,11 +128,9 @@ class CudaBackend : public Backend {
   }
   // Waits for the stream: results are on the host and staged memory may be reused.
   void synchronize();
-  void* address(const Tensor& t) const;
-  float* f32(const Tensor& t) const;
-  // attention() over the segments whose caches are of s.kv_dtype.
-  void attention_of_type(const Tensor& q, const AttentionShape& s,
-                         std::span<const AttentionSegment> segs, const Tensor& out);
+  // attention() over segments whose caches are all of kv_dtype.
+  void attention_of_type(const Tensor& q, const AttentionShape& shape, DType kv_dtype,
+                         std::span<const DeviceSegment> segments, const Tensor& out);
 
   mutable std::recursive_mutex mutex_;
   Device device_;  // first: its stream outlives every member below

@@ -9,7 +9,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/embedding.h"
-#include "backend/cuda/kv_cache.h"
+#include "backend/cuda/kv_append.h"
 #include "backend/cuda/logprob.h"
 #include "backend/cuda/rmsnorm.h"
 #include "backend/cuda/rope.h"
@@ -26,13 +26,16 @@ constexpr int kTiledMinRows = kAttentionTileRows / 2;
 // Rows sampled per launch: the sampler's workspace is about 650 KiB per row at V = 32000.
 constexpr int kSampleRows = 128;
 
-void expect(bool ok, const std::string& what) {
-  if (!ok) fail(PHOTON_ERR_INTERNAL, "cuda backend: " + what);
+// The kernels count rows, columns and elements of a row in int.
+int as_int(int64_t value) {
+  check(value >= 0 && value <= INT32_MAX, PHOTON_ERR_UNSUPPORTED,
+        "CUDA backend: a size beyond 32 bits (" + std::to_string(value) + ")");
+  return static_cast<int>(value);
 }
 
-int as_int(int64_t value) {
-  expect(value >= 0 && value <= INT32_MAX, "a size beyond 32 bits");
-  return static_cast<int>(value);
+// A weight tensor as the kernels take it.
+WeightMatrix matrix(const Tensor& w) {
+  return {address(w), w.dtype, as_int(w.rows), as_int(w.cols)};
 }
 
 template <class T>
@@ -42,11 +45,9 @@ size_t bytes_of(size_t count) {
 
 }  // namespace
 
-void CudaBackend::embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) {
+void CudaBackend::do_embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) {
   if (ids.empty()) return;
   Lock lock(*this, "embed");
-  expect(out.rows == static_cast<int64_t>(ids.size()) && out.cols == table.cols,
-         "embed: output shape");
   reserve_scratch(ids.size_bytes(), 1);
   ArenaScope scope(scratch_);
   const int32_t* staged = stage(ids, "token ids");
@@ -54,47 +55,41 @@ void CudaBackend::embed(const Tensor& table, std::span<const int32_t> ids, const
             as_int(out.rows), f32(out), stream());
 }
 
-void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) {
+void CudaBackend::do_rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) {
   if (x.rows == 0) return;
   Lock lock(*this, "rmsnorm");
-  expect(w.cols == x.cols && y.rows == x.rows && y.cols == x.cols, "rmsnorm: shapes");
   cuda::rmsnorm(f32(x), f32(w), f32(y), as_int(x.rows), as_int(x.cols), eps, stream());
 }
 
-void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
-                         bool accumulate) {
+void CudaBackend::do_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+                            bool accumulate) {
   if (x.rows == 0 || w.rows == 0) return;
   Lock lock(*this, "linear");
-  expect(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows &&
-             (bias == nullptr || bias->cols == w.rows),
-         "linear: shapes");
-  const DeviceMatrix weights{address(w), w.dtype, as_int(w.rows), as_int(w.cols)};
+  const WeightMatrix weights = matrix(w);
   reserve_scratch(Gemm::scratch_bytes(as_int(x.rows), weights), 2);
   gemm_->linear(f32(x), as_int(x.rows), weights, bias ? f32(*bias) : nullptr, f32(y), accumulate,
                 scratch_, stream());
 }
 
-void CudaBackend::linear_group(const Tensor& x, std::span<const LinearOut> outs) {
-  if (x.rows == 0 || outs.empty()) return;
+void CudaBackend::do_linear_group(const Tensor& x, std::span<const LinearOut> outs) {
+  if (x.rows == 0) return;
   Lock lock(*this, "linear_group");
-  std::vector<GemmProduct> products;
+  std::vector<Product> products;
   products.reserve(outs.size());
   for (const LinearOut& o : outs) {
-    expect(x.cols == o.w.cols && o.y.rows == x.rows && o.y.cols == o.w.rows && o.w.rows > 0,
-           "linear_group: shapes");
-    products.push_back(
-        {{address(o.w), o.w.dtype, as_int(o.w.rows), as_int(o.w.cols)}, nullptr, f32(o.y), false});
+    if (o.w.rows == 0) continue;
+    products.push_back({matrix(o.w), f32(o.y), o.accumulate});
   }
+  if (products.empty()) return;
   reserve_scratch(Gemm::scratch_bytes(as_int(x.rows), products), 2);
   gemm_->linear_group(f32(x), as_int(x.rows), products, scratch_, stream());
 }
 
-void CudaBackend::rope_table(std::span<const int64_t> positions, int head_dim, float theta,
-                             const Tensor& table) {
+void CudaBackend::do_rope_table(std::span<const int64_t> positions, int head_dim, float theta,
+                                const Tensor& table) {
   if (positions.empty()) return;
   Lock lock(*this, "rope_table");
-  const int n = static_cast<int>(positions.size()), half = head_dim / 2;
-  expect(table.rows * table.cols == 2 * static_cast<int64_t>(n) * half, "rope_table: shape");
+  const int n = as_int(static_cast<int64_t>(positions.size())), half = head_dim / 2;
   const std::vector<double> inv_freq = rope_inv_freq(head_dim, theta);
   reserve_scratch(positions.size_bytes() + bytes_of<double>(inv_freq.size()), 2);
   ArenaScope scope(scratch_);
@@ -106,20 +101,18 @@ void CudaBackend::rope_table(std::span<const int64_t> positions, int head_dim, f
                    cos + static_cast<size_t>(n) * half, stream());
 }
 
-void CudaBackend::rope(const Tensor& x, int heads, const Tensor& table) {
+void CudaBackend::do_rope(const Tensor& x, int heads, const Tensor& table) {
   if (x.rows == 0) return;
   Lock lock(*this, "rope");
   const int head_dim = as_int(x.cols) / heads, half = head_dim / 2;
-  expect(table.rows * table.cols == 2 * x.rows * half, "rope: table shape");
   float* cos = f32(table);
   rope_apply(f32(x), as_int(x.rows), heads, head_dim, cos, cos + static_cast<size_t>(x.rows) * half,
              stream());
 }
 
-void CudaBackend::swiglu(const Tensor& gate, const Tensor& up) {
+void CudaBackend::do_swiglu(const Tensor& gate, const Tensor& up) {
   if (gate.rows == 0) return;
   Lock lock(*this, "swiglu");
-  expect(up.rows == gate.rows && up.cols == gate.cols, "swiglu: shapes");
   cuda::swiglu(f32(gate), f32(up), static_cast<size_t>(gate.rows) * gate.cols, stream());
 }
 
@@ -127,74 +120,58 @@ namespace {
 
 // The KV cache types among the segments, each once: sessions of different kv types batched
 // together take one launch of each kernel per type.
-std::vector<DType> kv_types(std::span<const photon::AttentionSegment> segments) {
+std::vector<DType> kv_types(std::span<const AttentionSegment> segments) {
   std::vector<DType> types;
-  for (const photon::AttentionSegment& s : segments)
+  for (const AttentionSegment& s : segments)
     if (std::find(types.begin(), types.end(), s.k.dtype) == types.end()) types.push_back(s.k.dtype);
   return types;
 }
 
 // The kernels' segments of one KV type: device addresses, and only segments that have rows.
-template <class Address>
-std::vector<AttentionSegment> device_segments(std::span<const photon::AttentionSegment> segments,
-                                              Address address, int64_t rows, int kv_dim,
-                                              DType kv_dtype) {
-  std::vector<AttentionSegment> out;
+std::vector<DeviceSegment> device_segments(std::span<const AttentionSegment> segments,
+                                           DType kv_dtype) {
+  std::vector<DeviceSegment> out;
   out.reserve(segments.size());
-  for (const photon::AttentionSegment& s : segments) {
-    if (s.rows == 0 || s.k.dtype != kv_dtype) continue;
-    expect(s.row0 >= 0 && s.rows > 0 && s.row0 + s.rows <= rows && s.start >= 0 &&
-               s.start + s.rows <= s.k.rows && s.k.cols == kv_dim && s.v.cols == kv_dim &&
-               s.k.dtype == s.v.dtype &&
-               (out.empty() || s.row0 >= out.back().row0 + out.back().rows),
-           "attention segments out of order or out of their caches");
-    out.push_back({s.row0, s.rows, s.start, address(s.k), address(s.v)});
-  }
+  for (const AttentionSegment& s : segments)
+    if (s.rows > 0 && s.k.dtype == kv_dtype)
+      out.push_back({s.row0, s.rows, s.start, address(s.k), address(s.v)});
   return out;
 }
 
 }  // namespace
 
-void CudaBackend::kv_append(const Tensor& k, const Tensor& v,
-                            std::span<const photon::AttentionSegment> segments) {
+void CudaBackend::do_kv_append(const Tensor& k, const Tensor& v,
+                               std::span<const AttentionSegment> segments) {
   Lock lock(*this, "kv_append");
-  expect(v.rows == k.rows && v.cols == k.cols, "kv_append: shapes");
   for (const DType kv_dtype : kv_types(segments)) {
-    const std::vector<AttentionSegment> segs = device_segments(
-        segments, [this](const Tensor& t) { return address(t); }, k.rows, as_int(k.cols), kv_dtype);
+    const std::vector<DeviceSegment> segs = device_segments(segments, kv_dtype);
     if (segs.empty()) continue;
-    reserve_scratch(bytes_of<AttentionSegment>(segs.size()), 1);
+    reserve_scratch(bytes_of<DeviceSegment>(segs.size()), 1);
     ArenaScope scope(scratch_);
-    const AttentionSegment* staged = stage(std::span<const AttentionSegment>(segs), "KV segments");
+    const DeviceSegment* staged = stage(std::span<const DeviceSegment>(segs), "KV segments");
     kv_append_launch(f32(k), f32(v), as_int(k.cols), kv_dtype, staged,
                      static_cast<int>(segs.size()), as_int(k.rows), stream());
   }
 }
 
-void CudaBackend::attention(const Tensor& q, const photon::AttentionShape& shape,
-                            std::span<const photon::AttentionSegment> segments, const Tensor& out) {
+void CudaBackend::do_attention(const Tensor& q, const AttentionShape& shape,
+                               std::span<const AttentionSegment> segments, const Tensor& out) {
   Lock lock(*this, "attention");
-  expect(q.cols == static_cast<int64_t>(shape.heads) * shape.head_dim && out.rows == q.rows &&
-             out.cols == q.cols,
-         "attention: shapes");
   for (const DType kv_dtype : kv_types(segments)) {
-    const AttentionShape s{shape.heads, shape.kv_heads, shape.head_dim, kv_dtype};
-    const std::vector<AttentionSegment> segs = device_segments(
-        segments, [this](const Tensor& t) { return address(t); }, q.rows,
-        shape.kv_heads * shape.head_dim, kv_dtype);
-    if (!segs.empty()) attention_of_type(q, s, segs, out);
+    const std::vector<DeviceSegment> segs = device_segments(segments, kv_dtype);
+    if (!segs.empty()) attention_of_type(q, shape, kv_dtype, segs, out);
   }
 }
 
-void CudaBackend::attention_of_type(const Tensor& q, const AttentionShape& s,
-                                    std::span<const AttentionSegment> segs, const Tensor& out) {
+void CudaBackend::attention_of_type(const Tensor& q, const AttentionShape& s, DType kv_dtype,
+                                    std::span<const DeviceSegment> segs, const Tensor& out) {
   // Long segments (prefill) to the tiled kernel, short ones (decode, windows) to the row kernel;
   // each kernel leaves the other's rows alone.
   const bool tiled = attention_tiled_supports(s);
-  std::vector<AttentionSegment> rows, longs;
+  std::vector<DeviceSegment> rows, longs;
   std::vector<AttentionTile> tiles;
   int max_keys = 0, short_rows = 0;
-  for (const AttentionSegment& seg : segs) {
+  for (const DeviceSegment& seg : segs) {
     if (tiled && seg.rows >= kTiledMinRows) {
       for (int first = 0; first < seg.rows; first += kAttentionTileRows)
         tiles.push_back({static_cast<int>(longs.size()), first});
@@ -213,33 +190,30 @@ void CudaBackend::attention_of_type(const Tensor& q, const AttentionShape& s,
                                                      device_.info().multiprocessors);
   const size_t partials = attention_partials_bytes(n_rows, s.heads, s.head_dim, splits);
   reserve_scratch(
-      bytes_of<AttentionSegment>(segs.size()) + bytes_of<AttentionTile>(tiles.size()) + partials,
-      4);
+      bytes_of<DeviceSegment>(segs.size()) + bytes_of<AttentionTile>(tiles.size()) + partials, 4);
   ArenaScope scope(scratch_);
   if (!longs.empty()) {
-    const AttentionSegment* staged =
-        stage(std::span<const AttentionSegment>(longs), "attention segments");
+    const DeviceSegment* staged =
+        stage(std::span<const DeviceSegment>(longs), "attention segments");
     const AttentionTile* staged_tiles =
         stage(std::span<const AttentionTile>(tiles), "attention tiles");
-    attention_tiled_launch(f32(q), s, staged, staged_tiles, static_cast<int>(tiles.size()),
-                           f32(out), stream());
+    attention_tiled_launch(f32(q), s, kv_dtype, staged, staged_tiles,
+                           static_cast<int>(tiles.size()), f32(out), stream());
   }
   if (!rows.empty()) {
-    const AttentionSegment* staged =
-        stage(std::span<const AttentionSegment>(rows), "attention segments");
+    const DeviceSegment* staged = stage(std::span<const DeviceSegment>(rows), "attention segments");
     float* scratch =
         splits > 1 ? static_cast<float*>(scratch_.take_bytes(partials, "partials")) : nullptr;
-    attention_launch(f32(q), s, staged, static_cast<int>(rows.size()), n_rows, splits, scratch,
-                     f32(out), stream());
+    attention_launch(f32(q), s, kv_dtype, staged, static_cast<int>(rows.size()), n_rows, splits,
+                     scratch, f32(out), stream());
   }
 }
 
-void CudaBackend::sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
-                         float* logprobs) {
+void CudaBackend::do_sample(const Tensor& logits, std::span<const SampleRequest> rows,
+                            int32_t* tokens, float* logprobs) {
   if (rows.empty()) return;
   Lock lock(*this, "sample");
-  const int n = static_cast<int>(rows.size()), vocab = as_int(logits.cols);
-  expect(logits.rows >= n, "sample: fewer logit rows than requests");
+  const int n = as_int(static_cast<int64_t>(rows.size())), vocab = as_int(logits.cols);
   std::vector<SampleParams> params;
   params.reserve(rows.size());
   int recent_stride = 0;
@@ -279,7 +253,7 @@ void CudaBackend::sample(const Tensor& logits, std::span<const SampleRequest> ro
   }
   // The log-probability of each sampled token under the raw logits (the penalty is the
   // sampler's, not the model's).
-  log_softmax(all, n, vocab, device_tokens, nullptr, device_logprobs, stream());
+  log_softmax(all, n, vocab, device_tokens, device_logprobs, stream());
   auto* host = static_cast<char*>(pinned(bytes_of<int32_t>(n) + bytes_of<float>(n)));
   PHOTON_CUDA_CHECK(
       cudaMemcpyAsync(host, device_tokens, bytes_of<int32_t>(n), cudaMemcpyDeviceToHost, stream()));
@@ -290,16 +264,15 @@ void CudaBackend::sample(const Tensor& logits, std::span<const SampleRequest> ro
   std::memcpy(logprobs, host + bytes_of<int32_t>(n), bytes_of<float>(n));
 }
 
-void CudaBackend::logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) {
+void CudaBackend::do_logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) {
   if (targets.empty()) return;
   Lock lock(*this, "logprobs");
-  const int n = static_cast<int>(targets.size()), vocab = as_int(logits.cols);
-  expect(logits.rows >= n, "logprobs: fewer logit rows than targets");
+  const int n = as_int(static_cast<int64_t>(targets.size())), vocab = as_int(logits.cols);
   reserve_scratch(targets.size_bytes() + bytes_of<float>(n), 2);
   ArenaScope scope(scratch_);
   const int32_t* staged = stage(targets, "scored tokens");
   float* device_out = scratch_.take<float>(n, "log-probabilities");
-  log_softmax(f32(logits), n, vocab, staged, nullptr, device_out, stream());
+  log_softmax(f32(logits), n, vocab, staged, device_out, stream());
   void* host = pinned(bytes_of<float>(n));
   PHOTON_CUDA_CHECK(
       cudaMemcpyAsync(host, device_out, bytes_of<float>(n), cudaMemcpyDeviceToHost, stream()));

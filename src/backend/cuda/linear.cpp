@@ -68,8 +68,7 @@ void set_preference(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAtt
 
 }  // namespace
 
-Gemm::Gemm(size_t workspace_bytes, bool tf32)
-    : tf32_(tf32), workspace_(workspace_bytes, "cuBLASLt workspace") {
+Gemm::Gemm(size_t workspace_bytes) : workspace_(workspace_bytes, "cuBLASLt workspace") {
   PHOTON_CUBLAS_CHECK(cublasLtCreate(&handle_));
 }
 
@@ -84,9 +83,7 @@ Gemm::Plan& Gemm::plan_for(const PlanKey& key) {
                               "] = x W^T with " + type_name(key.dtype) + " weights [" +
                               std::to_string(key.out) + ", " + std::to_string(key.in) + "]";
   auto plan = std::make_unique<Plan>();
-  const bool tf32 = key.dtype == DType::F32 && tf32_;
-  PHOTON_CUBLAS_CHECK(cublasLtMatmulDescCreate(
-      &plan->op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  PHOTON_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_op(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
   set_op(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
   if (key.bias) {
@@ -137,9 +134,9 @@ size_t scratch_per_row(int n, int cols, int widest) {
   return n >= kTwoProductRows ? operand : operand + 2 * static_cast<size_t>(widest) * 4;
 }
 
-int widest(std::span<const GemmProduct> products) {
+int widest(std::span<const Product> products) {
   int most = 0;
-  for (const GemmProduct& p : products) most = std::max(most, p.w.rows);
+  for (const Product& p : products) most = std::max(most, p.w.out);
   return most;
 }
 
@@ -153,22 +150,22 @@ int split_rows(int n, int cols, int widest) {
 
 }  // namespace
 
-size_t Gemm::scratch_bytes(int n, std::span<const GemmProduct> products) {
+size_t Gemm::scratch_bytes(int n, std::span<const Product> products) {
   if (n <= 0 || products.empty() || products[0].w.dtype == DType::F32) return 0;
-  const int cols = products[0].w.cols, most = widest(products);
+  const int cols = products[0].w.in, most = widest(products);
   return static_cast<size_t>(split_rows(n, cols, most)) * scratch_per_row(n, cols, most);
 }
 
-size_t Gemm::scratch_bytes(int n, const DeviceMatrix& w) {
-  const GemmProduct one{w};
+size_t Gemm::scratch_bytes(int n, const WeightMatrix& w) {
+  const Product one{w};
   return scratch_bytes(n, {&one, 1});
 }
 
-void Gemm::product(const void* operand, int n, const DeviceMatrix& w, const float* bias, float* y,
+void Gemm::product(const void* operand, int n, const WeightMatrix& w, const float* bias, float* y,
                    bool accumulate, cudaStream_t stream) {
   const PlanKey key{n,
-                    w.cols,
-                    w.rows,
+                    w.in,
+                    w.out,
                     w.dtype,
                     accumulate,
                     bias != nullptr,
@@ -183,34 +180,38 @@ void Gemm::product(const void* operand, int n, const DeviceMatrix& w, const floa
                                      workspace_.bytes(), stream));
 }
 
-void Gemm::linear(const float* x, int n, const DeviceMatrix& w, const float* bias, float* y,
+void Gemm::linear(const float* x, int n, const WeightMatrix& w, const float* bias, float* y,
                   bool accumulate, Arena& scratch, cudaStream_t stream) {
-  if (w.rows <= 0) return;
-  const GemmProduct one{w, bias, y, accumulate};
-  linear_group(x, n, {&one, 1}, scratch, stream);
+  const Product one{w, y, accumulate};
+  products(x, n, {&one, 1}, bias, scratch, stream);
 }
 
-void Gemm::linear_group(const float* x, int n, std::span<const GemmProduct> products,
-                        Arena& scratch, cudaStream_t stream) {
-  if (n <= 0 || products.empty()) return;
-  const DType dtype = products[0].w.dtype;
-  const int cols = products[0].w.cols;
+void Gemm::linear_group(const float* x, int n, std::span<const Product> group, Arena& scratch,
+                        cudaStream_t stream) {
+  products(x, n, group, nullptr, scratch, stream);
+}
+
+void Gemm::products(const float* x, int n, std::span<const Product> group, const float* bias,
+                    Arena& scratch, cudaStream_t stream) {
+  if (n <= 0 || group.empty()) return;
+  const DType dtype = group[0].w.dtype;
+  const int cols = group[0].w.in;
   bool one_type = true;
-  for (const GemmProduct& p : products) {
-    check(p.w.cols == cols && cols > 0 && p.w.rows > 0 && p.w.data != nullptr, PHOTON_ERR_INTERNAL,
+  for (const Product& p : group) {
+    check(p.w.in == cols && cols > 0 && p.w.out > 0 && p.w.data != nullptr, PHOTON_ERR_INTERNAL,
           "cuda::Gemm::linear: a weight matrix without rows or data, or not of the input's width");
     one_type = one_type && p.w.dtype == dtype;
   }
-  if (!one_type && products.size() > 1) {
+  if (!one_type) {
     // A file may store its matrices in different types: each then splits x for its own.
-    for (const GemmProduct& p : products) linear_group(x, n, {&p, 1}, scratch, stream);
+    for (const Product& p : group) products(x, n, {&p, 1}, bias, scratch, stream);
     return;
   }
   if (dtype == DType::F32) {
-    for (const GemmProduct& p : products) product(x, n, p.w, p.bias, p.y, p.accumulate, stream);
+    for (const Product& p : group) product(x, n, p.w, bias, p.y, p.accumulate, stream);
     return;
   }
-  const int rows = split_rows(n, cols, widest(products));
+  const int rows = split_rows(n, cols, widest(group));
   for (int r0 = 0; r0 < n; r0 += rows) {
     const int count = std::min(rows, n - r0);
     const size_t in = static_cast<size_t>(count) * cols;
@@ -219,19 +220,19 @@ void Gemm::linear_group(const float* x, int n, std::span<const GemmProduct> prod
     char* operand = static_cast<char*>(scratch.take_bytes(2 * in * 2, "GEMM activations"));
     split_activations(dtype, x + static_cast<size_t>(r0) * cols, in, operand, operand + in * 2,
                       stream);
-    for (const GemmProduct& p : products) {
-      float* y_rows = p.y + static_cast<size_t>(r0) * p.w.rows;
+    for (const Product& p : group) {
+      float* y_rows = p.y + static_cast<size_t>(r0) * p.w.out;
       if (n >= kTwoProductRows) {
-        product(operand, count, p.w, p.bias, y_rows, p.accumulate, stream);
+        product(operand, count, p.w, bias, y_rows, p.accumulate, stream);
         product(operand + in * 2, count, p.w, nullptr, y_rows, /*accumulate=*/true, stream);
         continue;
       }
       ArenaScope partial(scratch);
-      // parts: [2 count, p.w.rows], the products of hi and of lo, summed by sum_halves.
+      // parts: [2 count, p.w.out], the products of hi and of lo, summed by sum_halves.
       float* parts =
-          scratch.take<float>(2 * static_cast<size_t>(count) * p.w.rows, "GEMM partial products");
+          scratch.take<float>(2 * static_cast<size_t>(count) * p.w.out, "GEMM partial products");
       product(operand, 2 * count, p.w, nullptr, parts, /*accumulate=*/false, stream);
-      sum_halves(parts, count, p.w.rows, p.bias, p.accumulate, y_rows, stream);
+      sum_halves(parts, count, p.w.out, bias, p.accumulate, y_rows, stream);
     }
   }
 }

@@ -10,8 +10,8 @@
 //   bits, so the result matches an f32 product of the same weights (the CPU engine's) to ~1e-5
 //   relative, where rounding x to bf16 alone gave ~1e-3 per row and ~0.1 in whole-model
 //   log-probabilities.
-// - f32 weights: TF32 tensor-core products (10-bit mantissas, f32 accumulation), ~3e-4 relative;
-//   or, for a Gemm made with tf32 = false, plain f32 products (CUDA cores, exact to rounding).
+// - f32 weights (kept only by a backend with exact_f32; others convert them to bf16 at upload):
+//   plain f32 products (CUDA cores, exact to rounding).
 // The bias is added in f32 by the GEMM's epilogue.
 #pragma once
 
@@ -25,49 +25,32 @@
 #include <span>
 
 #include "backend/cuda/buffer.h"
+#include "backend/descriptors.h"
 #include "core/dtype.h"
 
 namespace photon::cuda {
-
-// A weight matrix [rows = out, cols = in], row-major, in device memory.
-struct DeviceMatrix {
-  const void* data = nullptr;
-  DType dtype = DType::BF16;
-  int rows = 0;
-  int cols = 0;
-};
-
-// One product of Gemm::linear_group: y[n, w.rows] (+)= x . w^T (+ bias); y, bias f32.
-struct GemmProduct {
-  DeviceMatrix w;
-  const float* bias = nullptr;
-  float* y = nullptr;
-  bool accumulate = false;
-};
 
 // A cuBLASLt handle, its workspace and one plan (descriptors and the heuristic's algorithm) per
 // distinct problem, chosen once and reused. Not thread-safe; use one Gemm per stream.
 class Gemm {
  public:
-  explicit Gemm(size_t workspace_bytes = size_t{32} << 20, bool tf32 = true);
+  explicit Gemm(size_t workspace_bytes);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  // x: [n, w.cols] f32; y: [n, w.rows] f32; bias: [w.rows] f32 or null -- all on the device.
-  // accumulate adds the product to y. 16-bit weights take scratch_bytes(n, w) of scratch in two
-  // pieces, returned before this returns.
-  void linear(const float* x, int n, const DeviceMatrix& w, const float* bias, float* y,
+  // x: [n, w.in] f32; y: [n, w.out] f32; bias: [w.out] f32 or null -- all on the device (w in
+  // device memory). accumulate adds the product to y. 16-bit weights take scratch_bytes(n, w) of
+  // scratch in two pieces, returned before this returns.
+  void linear(const float* x, int n, const WeightMatrix& w, const float* bias, float* y,
               bool accumulate, Arena& scratch, cudaStream_t stream);
-  static size_t scratch_bytes(int n, const DeviceMatrix& w);
-  // linear() of one input with several weight matrices of its width and type (attention's Q, K,
-  // V; the FFN's gate, up): 16-bit weights split x into its two terms once for all of them.
-  void linear_group(const float* x, int n, std::span<const GemmProduct> products, Arena& scratch,
+  static size_t scratch_bytes(int n, const WeightMatrix& w);
+  // linear() of one input with several weight matrices of its width, without biases (attention's
+  // Q, K, V; the FFN's gate, up): 16-bit weights of one type split x into its two terms once for
+  // all of them.
+  void linear_group(const float* x, int n, std::span<const Product> products, Arena& scratch,
                     cudaStream_t stream);
-  static size_t scratch_bytes(int n, std::span<const GemmProduct> products);
-
-  // Distinct problems planned so far (tests and benchmarks).
-  size_t plans() const { return plans_.size(); }
+  static size_t scratch_bytes(int n, std::span<const Product> products);
 
  private:
   struct PlanKey {
@@ -80,11 +63,13 @@ class Gemm {
   struct Plan;
 
   Plan& plan_for(const PlanKey& key);
-  // y[n, w.rows] (+)= operand[n, w.cols] . w^T (+ bias) in one cuBLASLt call; operand in w's type.
-  void product(const void* operand, int n, const DeviceMatrix& w, const float* bias, float* y,
+  // linear_group with `bias` added to the products' outputs (only ever one product's).
+  void products(const float* x, int n, std::span<const Product> products, const float* bias,
+                Arena& scratch, cudaStream_t stream);
+  // y[n, w.out] (+)= operand[n, w.in] . w^T (+ bias) in one cuBLASLt call; operand in w's type.
+  void product(const void* operand, int n, const WeightMatrix& w, const float* bias, float* y,
                bool accumulate, cudaStream_t stream);
 
-  bool tf32_;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;

@@ -8,10 +8,10 @@
 
 namespace photon::cuda {
 
-// logits: [n, vocab] f32; lse: [n] double, log(sum(exp(row))) with the row's max subtracted first
-// and the sum in double; targets: [n] int32 or null; logprob: [n] f32, logits[r, targets[r]] -
-// lse[r] (NaN for a target outside the vocabulary). lse or logprob may be null. All on the device.
-void log_softmax(const float* logits, int n, int vocab, const int32_t* targets, double* lse,
-                 float* logprob, cudaStream_t stream);
+// logits: [n, vocab] f32; targets: [n] int32 in [0, vocab); logprob: [n] f32, logits[r,
+// targets[r]] - log(sum(exp(row r))), the row's max subtracted first and the sum in double. All on
+// the device.
+void log_softmax(const float* logits, int n, int vocab, const int32_t* targets, float* logprob,
+                 cudaStream_t stream);
 
 }  // namespace photon::cuda

@@ -60,10 +60,12 @@ using photon::RowCopy;
 using photon::SampleRequest;
 using photon::Tensor;
 
-// The backend libphoton receives: the CUDA backend, with every call libphoton can make guarded,
-// so that this module's photon::Error reaches libphoton as libphoton's own (through `raise`).
-// Other exceptions pass unchanged: std::bad_alloc and the other standard exceptions have one
-// type information, in the C++ runtime both libraries share. A new Backend op needs its line here.
+// The backend libphoton receives: the CUDA backend, with every call libphoton can make into this
+// module guarded, so that this module's photon::Error reaches libphoton as libphoton's own (through
+// `raise`). The ops' public calls and their contract checks are libphoton's (backend.cpp); what
+// crosses is the virtual do_<op> behind each. Other exceptions pass unchanged: std::bad_alloc and
+// the other standard exceptions have one type information, in the C++ runtime both libraries
+// share. A new Backend op needs its line here.
 class ModuleBackend final : public photon::cuda::CudaBackend {
  public:
   ModuleBackend(const photon::cuda::CudaOptions& options, photon_backend_raise_fn raise)
@@ -78,58 +80,59 @@ class ModuleBackend final : public photon::cuda::CudaBackend {
   std::unique_ptr<Buffer> allocate(size_t bytes, std::string_view what) override {
     return guard([&] { return CudaBackend::allocate(bytes, what); });
   }
-  Tensor weight(const HostWeight& source, std::string_view name) override {
-    return guard([&] { return CudaBackend::weight(source, name); });
-  }
-  void upload(const Tensor& dst, const void* src) override {
-    guard([&] { CudaBackend::upload(dst, src); });
-  }
-  void download(void* dst, const Tensor& src) override {
-    guard([&] { CudaBackend::download(dst, src); });
-  }
-  void copy_rows(std::span<const RowCopy> copies) override {
-    guard([&] { CudaBackend::copy_rows(copies); });
-  }
-  void embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) override {
-    guard([&] { CudaBackend::embed(table, ids, out); });
-  }
-  void rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) override {
-    guard([&] { CudaBackend::rmsnorm(x, w, y, eps); });
-  }
-  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
-              bool accumulate) override {
-    guard([&] { CudaBackend::linear(x, w, bias, y, accumulate); });
-  }
-  void linear_group(const Tensor& x, std::span<const LinearOut> outs) override {
-    guard([&] { CudaBackend::linear_group(x, outs); });
-  }
-  void rope_table(std::span<const int64_t> positions, int head_dim, float theta,
-                  const Tensor& table) override {
-    guard([&] { CudaBackend::rope_table(positions, head_dim, theta, table); });
-  }
-  void rope(const Tensor& x, int heads, const Tensor& table) override {
-    guard([&] { CudaBackend::rope(x, heads, table); });
-  }
-  void swiglu(const Tensor& gate, const Tensor& up) override {
-    guard([&] { CudaBackend::swiglu(gate, up); });
-  }
-  void kv_append(const Tensor& k, const Tensor& v,
-                 std::span<const AttentionSegment> segments) override {
-    guard([&] { CudaBackend::kv_append(k, v, segments); });
-  }
-  void attention(const Tensor& q, const AttentionShape& shape,
-                 std::span<const AttentionSegment> segments, const Tensor& out) override {
-    guard([&] { CudaBackend::attention(q, shape, segments, out); });
-  }
-  void sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
-              float* logprobs) override {
-    guard([&] { CudaBackend::sample(logits, rows, tokens, logprobs); });
-  }
-  void logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) override {
-    guard([&] { CudaBackend::logprobs(logits, targets, out); });
-  }
 
  private:
+  Tensor do_weight(const HostWeight& source, std::string_view name) override {
+    return guard([&] { return CudaBackend::do_weight(source, name); });
+  }
+  void do_upload(const Tensor& dst, const void* src) override {
+    guard([&] { CudaBackend::do_upload(dst, src); });
+  }
+  void do_download(void* dst, const Tensor& src) override {
+    guard([&] { CudaBackend::do_download(dst, src); });
+  }
+  void do_copy_rows(std::span<const RowCopy> copies) override {
+    guard([&] { CudaBackend::do_copy_rows(copies); });
+  }
+  void do_embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) override {
+    guard([&] { CudaBackend::do_embed(table, ids, out); });
+  }
+  void do_rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, float eps) override {
+    guard([&] { CudaBackend::do_rmsnorm(x, w, y, eps); });
+  }
+  void do_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+                 bool accumulate) override {
+    guard([&] { CudaBackend::do_linear(x, w, bias, y, accumulate); });
+  }
+  void do_linear_group(const Tensor& x, std::span<const LinearOut> outs) override {
+    guard([&] { CudaBackend::do_linear_group(x, outs); });
+  }
+  void do_rope_table(std::span<const int64_t> positions, int head_dim, float theta,
+                     const Tensor& table) override {
+    guard([&] { CudaBackend::do_rope_table(positions, head_dim, theta, table); });
+  }
+  void do_rope(const Tensor& x, int heads, const Tensor& table) override {
+    guard([&] { CudaBackend::do_rope(x, heads, table); });
+  }
+  void do_swiglu(const Tensor& gate, const Tensor& up) override {
+    guard([&] { CudaBackend::do_swiglu(gate, up); });
+  }
+  void do_kv_append(const Tensor& k, const Tensor& v,
+                    std::span<const AttentionSegment> segments) override {
+    guard([&] { CudaBackend::do_kv_append(k, v, segments); });
+  }
+  void do_attention(const Tensor& q, const AttentionShape& shape,
+                    std::span<const AttentionSegment> segments, const Tensor& out) override {
+    guard([&] { CudaBackend::do_attention(q, shape, segments, out); });
+  }
+  void do_sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
+                 float* logprobs) override {
+    guard([&] { CudaBackend::do_sample(logits, rows, tokens, logprobs); });
+  }
+  void do_logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) override {
+    guard([&] { CudaBackend::do_logprobs(logits, targets, out); });
+  }
+
   template <class Call>
   auto guard(Call&& call) const -> decltype(call()) {
     try {

@@ -108,10 +108,6 @@ Device::~Device() {
   }
 }
 
-void Device::make_current() const {
-  PHOTON_CUDA_CHECK(cudaSetDevice(info_.ordinal));
-}
-
 void Device::synchronize() const {
   PHOTON_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -127,50 +123,6 @@ DeviceScope::DeviceScope(int ordinal) : ordinal_(ordinal) {
 DeviceScope::~DeviceScope() {
   if (previous_ >= 0 && previous_ != ordinal_ && cudaSetDevice(previous_) != cudaSuccess)
     cudaGetLastError();
-}
-
-Graph::~Graph() {
-  reset();
-}
-
-void Graph::begin(cudaStream_t stream) {
-  reset();
-  stream_ = stream;
-  // Thread-local mode: only this thread's unsafe calls (such as cudaMalloc) break the capture.
-  PHOTON_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-}
-
-void Graph::end() {
-  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph_);
-  if (ended != cudaSuccess) {
-    reset();
-    check_cuda(ended, "cudaStreamEndCapture");
-  }
-  PHOTON_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
-}
-
-void Graph::abandon() noexcept {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream_, &status) == cudaSuccess &&
-      status != cudaStreamCaptureStatusNone) {
-    cudaGraph_t partial = nullptr;
-    cudaStreamEndCapture(stream_, &partial);
-    if (partial) cudaGraphDestroy(partial);
-  }
-  cudaGetLastError();
-  reset();
-}
-
-void Graph::reset() noexcept {
-  if (exec_) cudaGraphExecDestroy(exec_);
-  if (graph_) cudaGraphDestroy(graph_);
-  exec_ = nullptr;
-  graph_ = nullptr;
-}
-
-void Graph::launch(cudaStream_t stream) const {
-  if (!exec_) fail(PHOTON_ERR_INTERNAL, "cuda::Graph::launch before a successful capture");
-  PHOTON_CUDA_CHECK(cudaGraphLaunch(exec_, stream));
 }
 
 }  // namespace photon::cuda

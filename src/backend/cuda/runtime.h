@@ -1,7 +1,7 @@
-// The CUDA backend's device runtime: error conversion, device selection with one stream, and CUDA
-// graph capture. Every CUDA or cuBLAS failure becomes photon::Error, never an abort:
-// PHOTON_ERR_OUT_OF_MEMORY for allocation failures, PHOTON_ERR_DEVICE for everything else, with
-// the failing call and the runtime's own message.
+// The CUDA backend's device runtime: error conversion, and device selection with one stream.
+// Every CUDA or cuBLAS failure becomes photon::Error, never an abort: PHOTON_ERR_OUT_OF_MEMORY for
+// allocation failures, PHOTON_ERR_DEVICE for everything else, with the failing call and the
+// runtime's own message.
 //
 // Kernels run asynchronously: a fault inside one is reported by the next call that checks (a later
 // launch, a copy back to the host, Device::synchronize), and it leaves the CUDA context unusable.
@@ -42,7 +42,7 @@ struct DeviceInfo {
 };
 
 // One GPU and the stream that every op of a session group is issued on. Selecting the device is
-// per host thread in CUDA: call make_current() on a thread before issuing work from it.
+// per host thread in CUDA: a thread issues work inside a DeviceScope of the device.
 class Device {
  public:
   // Fails with PHOTON_ERR_DEVICE when the ordinal has no device or the device is older than
@@ -54,7 +54,6 @@ class Device {
 
   const DeviceInfo& info() const { return info_; }
   cudaStream_t stream() const { return stream_; }
-  void make_current() const;
   // Waits for all work on the stream; an asynchronous fault surfaces here as photon::Error.
   void synchronize() const;
 
@@ -75,41 +74,6 @@ class DeviceScope {
  private:
   int previous_ = -1;
   int ordinal_;
-};
-
-// Records the work that `record` issues on a stream into a CUDA graph, replayed by launch() with
-// the same pointers and sizes. Recording performs no work. If `record` throws, the capture is
-// abandoned and the stream is usable again.
-class Graph {
- public:
-  Graph() = default;
-  ~Graph();
-  Graph(const Graph&) = delete;
-  Graph& operator=(const Graph&) = delete;
-
-  template <class Record>
-  void capture(cudaStream_t stream, Record&& record) {
-    begin(stream);
-    try {
-      record();
-    } catch (...) {
-      abandon();
-      throw;
-    }
-    end();
-  }
-  void launch(cudaStream_t stream) const;
-  bool ready() const { return exec_ != nullptr; }
-
- private:
-  void begin(cudaStream_t stream);
-  void end();
-  void abandon() noexcept;
-  void reset() noexcept;
-
-  cudaStream_t stream_ = nullptr;
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t exec_ = nullptr;
 };
 
 }  // namespace photon::cuda

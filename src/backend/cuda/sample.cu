@@ -310,26 +310,4 @@ void sample_launch(const float* logits, int n, int vocab, const SampleParams* pa
   check_launch("sample_kernel");
 }
 
-void sample(const float* logits, int n, int vocab, std::span<const SampleParams> params,
-            std::span<const int32_t> recent, int recent_stride, int32_t* tokens, Arena& scratch,
-            cudaStream_t stream) {
-  if (n <= 0) return;
-  check(params.size() == static_cast<size_t>(n), PHOTON_ERR_INTERNAL,
-        "cuda::sample: " + std::to_string(params.size()) + " settings for " + std::to_string(n) +
-            " rows");
-  for (const SampleParams& p : params)
-    check(p.recent_len <= recent_stride &&
-              (p.recent_len == 0 || recent.size() >= static_cast<size_t>(n) * recent_stride),
-          PHOTON_ERR_INTERNAL, "cuda::sample: a recent window is longer than its row");
-  ArenaScope scope(scratch);
-  const SampleParams* device_params = stage(scratch, params, "sampler settings", stream);
-  const int32_t* device_recent =
-      recent.empty() ? nullptr : stage(scratch, recent, "sampler recent tokens", stream);
-  void* workspace = sample_needs_workspace(params, vocab)
-                        ? scratch.take_bytes(sample_workspace_bytes(n, vocab), "sampler workspace")
-                        : nullptr;
-  sample_launch(logits, n, vocab, device_params, device_recent, recent_stride, workspace, tokens,
-                stream);
-}
-
 }  // namespace photon::cuda

@@ -1,4 +1,4 @@
-// Token sampling on the device with the CPU sampler's semantics (engine/sampler.cpp): repetition
+// Token sampling on the device with the CPU sampler's semantics (backend/cpu/sample.h): repetition
 // penalty, greedy, temperature, top-k, top-p, min-p, and the counter-based uniform
 // sample_uniform(seed, position), so that the same logits give the same token on either side.
 //
@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <span>
 
-#include "backend/cuda/buffer.h"
 #include "core/sampling.h"
 
 namespace photon::cuda {
@@ -63,11 +62,5 @@ bool sample_needs_workspace(std::span<const SampleParams> params, int vocab);
 void sample_launch(const float* logits, int n, int vocab, const SampleParams* params,
                    const int32_t* recent, int recent_stride, void* workspace, int32_t* tokens,
                    cudaStream_t stream);
-
-// Convenience for host settings: stages params, recent ([n, recent_stride], may be empty) and the
-// workspace in `scratch` (returned before this returns) and launches.
-void sample(const float* logits, int n, int vocab, std::span<const SampleParams> params,
-            std::span<const int32_t> recent, int recent_stride, int32_t* tokens, Arena& scratch,
-            cudaStream_t stream);
 
 }  // namespace photon::cuda

@@ -1,0 +1,52 @@
+// The per-op test (tests/unit/test_backend_ops.cpp) for the CUDA backend, made as a model makes
+// it and held through the Backend interface, against the CPU backend with portable kernels, within
+// the bounds of docs/cuda.md: f32 arithmetic (norms, RoPE, SwiGLU, attention) within 1e-5
+// relative; products of 16-bit weights (two-term activations) within 3e-5; f32 weights, stored as
+// bf16, within 1e-2 (and exactly their bf16 rounding where they are read back or gathered), or,
+// kept in f32 (exact_f32), within 1e-5; copies, gathers of 16-bit tables and KV appends exact;
+// sampled tokens equal. Without a device every test skips, saying why.
+#include <vector>
+
+#include "backend_ops.h"
+#include "gpu_test.h"
+
+namespace photon::testing {
+namespace {
+
+using Kind = Tolerance::Kind;
+
+Tolerance against_cpu(bool exact_f32, Op op, DType dtype) {
+  const bool bf16_stored = dtype == DType::F32 && !exact_f32;
+  switch (op) {
+    case Op::Weight:
+    case Op::Embed: return {bf16_stored ? Kind::Bf16 : Kind::Bits};
+    case Op::Transfer:
+    case Op::CopyRows:
+    case Op::KvAppend: return {Kind::Bits};
+    case Op::Linear:
+    case Op::LinearGroup:
+      return {Kind::Relative, bf16_stored ? 1e-2 : dtype == DType::F32 ? 1e-5 : 3e-5};
+    case Op::RopeTable: return {Kind::Absolute, 1.2e-7};
+    case Op::Sample:
+    case Op::Logprobs: return {Kind::Relative, 2e-6};
+    case Op::Rmsnorm:
+    case Op::Rope:
+    case Op::Swiglu:
+    case Op::Attention: return {Kind::Relative, 1e-5};
+  }
+  return {Kind::Bits};
+}
+
+BackendUnderTest cuda(bool exact_f32) {
+  return {.label = exact_f32 ? "cuda_exact_f32" : "cuda",
+          .make = [exact_f32] { return gpu_test::cuda_backend(exact_f32); },
+          .tolerance = [exact_f32](Op op, DType dtype,
+                                   int64_t) { return against_cpu(exact_f32, op, dtype); }};
+}
+
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps, ::testing::Values(cuda(false), cuda(true)),
+                         backend_label);
+
+}  // namespace photon::testing
