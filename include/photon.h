@@ -818,7 +818,8 @@ PHOTON_API photon_status photon_session_restore_file(const photon_model *model, 
  * it does not fit, the newest running request is paused (its session saved to host memory as
  * photon_session_save would, outside the budget, and its caches freed). Paused requests resume,
  * oldest first, when their memory fits again, exactly where they stopped. A request that alone
- * exceeds the budget fails with PHOTON_ERR_OUT_OF_MEMORY.
+ * exceeds the budget fails with PHOTON_ERR_OUT_OF_MEMORY. A finished request's session leaves the
+ * budget but stays (for photon_request_save and _take_session) until the request is freed.
  *
  * Errors. A request whose step fails (an allocation, its session, a device error) ends with
  * PHOTON_STOP_ERROR and a status and message (photon_request_status, photon_request_error); the

@@ -51,16 +51,14 @@ void visit_growing_caches(S& s, Fn&& fn) {
 
 void Session::reserve_context() {
   whole_context = true;
-  visit_growing_caches(*this, [&](KvCache& cache, int64_t) {
-    cache.reserve(model.backend(), cache.capacity);
-  });
+  visit_growing_caches(
+      *this, [&](KvCache& cache, int64_t) { cache.reserve(model.backend(), cache.capacity); });
 }
 
 uint64_t Session::cache_bytes() const {
   uint64_t bytes = 0;
-  visit_growing_caches(*this, [&](const KvCache& cache, int64_t) {
-    bytes += cache.allocated_bytes();
-  });
+  visit_growing_caches(*this,
+                       [&](const KvCache& cache, int64_t) { bytes += cache.allocated_bytes(); });
   return bytes;
 }
 

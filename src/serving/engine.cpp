@@ -208,14 +208,14 @@ bool Engine::admit_one(Request& r) {
     if (paused) {
       session = restore_session(model_, r.saved);
       if (r.resume_whole_context) session->reserve_context();
-    }
-    else if (lent)
+    } else if (lent) {
       session = std::move(spec.session);
-    else if (!spec.state.empty())
+    } else if (!spec.state.empty()) {
       session = restore_session(model_, spec.state);
-    else
+    } else {
       session = Session::create(model_, spec.settings.mode, spec.settings.context,
                                 spec.settings.sampler, spec.settings.kv_type);
+    }
     if (!paused && (spec.sampler_given || (!lent && spec.state.empty())))
       session->context_shift = spec.settings.context_shift;
     if (!paused) {
@@ -351,11 +351,11 @@ void Engine::pause(Request& r) {
   std::lock_guard<std::mutex> lock(mutex_);
   memory_in_use_ -= r.bytes;
   ++counter(counters_, EngineStat::Pauses);
-  const auto it = std::find_if(running_.begin(), running_.end(),
-                               [&](const auto& p) { return p.get() == &r; });
+  const auto it =
+      std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == &r; });
   // Paused requests resume oldest first.
-  const auto at = std::find_if(paused_.begin(), paused_.end(),
-                               [&](const auto& p) { return p->seq > r.seq; });
+  const auto at =
+      std::find_if(paused_.begin(), paused_.end(), [&](const auto& p) { return p->seq > r.seq; });
   paused_.insert(at, *it);
   running_.erase(it);
 }

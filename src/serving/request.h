@@ -101,12 +101,12 @@ class Request {
 
   // ---- the stepping thread ----
   RequestSpec& spec() { return spec_; }
-  std::unique_ptr<Session> session;  // while running (and after finishing, until taken)
-  std::vector<uint8_t> saved;        // while paused: the session's state
-  size_t prompt_done = 0;            // prompt tokens consumed
-  uint64_t seq = 0;                  // submission order (set by submit, before it is shared)
-  uint64_t bytes = 0;                // memory the session holds, counted in the budget
-  uint64_t fixed_bytes = 0;          // of which does not grow (all but the growing caches)
+  std::unique_ptr<Session> session;   // while running (and after finishing, until taken)
+  std::vector<uint8_t> saved;         // while paused: the session's state
+  size_t prompt_done = 0;             // prompt tokens consumed
+  uint64_t seq = 0;                   // submission order (set by submit, before it is shared)
+  uint64_t bytes = 0;                 // memory the session holds, counted in the budget
+  uint64_t fixed_bytes = 0;           // of which does not grow (all but the growing caches)
   bool resume_whole_context = false;  // paused with a session of the C API's (caches reserved)
   // Delivers one token (callback or queue); false when the request must stop (the callback said
   // so, or the handle was freed).
