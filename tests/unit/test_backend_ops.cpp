@@ -12,6 +12,8 @@
 #include <random>
 #include <span>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -47,9 +49,15 @@ float bf16_value(float x) {
   return static_cast<float>(std::ldexp(std::nearbyint(std::ldexp(mantissa, 8)), exponent - 8));
 }
 
-// x rounded to IEEE binary16 (the compiler's _Float16: to nearest, ties to even), as f32.
+// x rounded to IEEE binary16 (11 significant bits down to 2^-14, then steps of 2^-24; to nearest,
+// ties to even; beyond 65504 infinite), as f32.
 float f16_value(float x) {
-  return static_cast<float>(static_cast<_Float16>(x));
+  if (x == 0.0f || !std::isfinite(x)) return x;
+  int exponent = 0;
+  const double mantissa = std::frexp(static_cast<double>(x), &exponent);  // in [0.5, 1)
+  const int bits = std::min(11, exponent + 24);
+  const double value = std::ldexp(std::nearbyint(std::ldexp(mantissa, bits)), exponent - bits);
+  return std::fabs(value) > 65504.0 ? std::copysign(INFINITY, x) : static_cast<float>(value);
 }
 
 float rounded(DType type, float x) {
@@ -63,9 +71,19 @@ uint16_t bits16(DType type, float value) {
     uint32_t u = 0;
     std::memcpy(&u, &value, 4);
     bits = static_cast<uint16_t>(u >> 16);
-  } else {
-    const _Float16 half = static_cast<_Float16>(value);
-    std::memcpy(&bits, &half, 2);
+  } else {  // sign, 5 exponent bits (bias 15), 10 fraction bits; 0 exponent: steps of 2^-24
+    const double a = std::fabs(static_cast<double>(value));
+    bits = std::signbit(value) ? 0x8000 : 0;
+    if (std::isinf(value)) {
+      bits |= 0x7c00;
+    } else if (a < 0x1p-14) {
+      bits |= static_cast<uint16_t>(std::ldexp(a, 24));
+    } else {
+      int exponent = 0;
+      const double mantissa = std::frexp(a, &exponent);  // a = mantissa 2^exponent
+      bits |= static_cast<uint16_t>((exponent + 14) << 10);
+      bits |= static_cast<uint16_t>(std::ldexp(mantissa, 11) - 1024.0);
+    }
   }
   return bits;
 }
@@ -77,9 +95,11 @@ float widened(DType type, uint16_t bits) {
     std::memcpy(&f, &u, 4);
     return f;
   }
-  _Float16 half;
-  std::memcpy(&half, &bits, 2);
-  return static_cast<float>(half);
+  const int exponent = (bits >> 10) & 31, fraction = bits & 1023;
+  const double magnitude = exponent == 0    ? std::ldexp(fraction, -24)
+                           : exponent == 31 ? (fraction ? NAN : INFINITY)
+                                            : std::ldexp(1024 + fraction, exponent - 25);
+  return static_cast<float>((bits & 0x8000) ? -magnitude : magnitude);
 }
 
 // Values as a tensor of `dtype` holds them: the f32 values (rounded to the type) and the bytes.
@@ -343,7 +363,8 @@ TEST_P(BackendOps, Embed) {
 TEST_P(BackendOps, Rmsnorm) {
   std::mt19937 rng(5);
   // One row of a stack, a chunker's concatenation (4 x 1664), odd widths.
-  for (const auto& [n, d] : {std::pair{1, 64}, {7, 13}, {33, 416}, {3, 6656}, {5, 1}}) {
+  for (const auto& shape : {std::pair{1, 64}, {7, 13}, {33, 416}, {3, 6656}, {5, 1}}) {
+    const int n = shape.first, d = shape.second;  // plain names: the lambdas below capture them
     const std::vector<float> x = random(rng, size_t(n) * d, -3.0f, 3.0f), w = random(rng, d);
     for (const float eps : {1e-5f, 1e-6f}) {
       std::vector<double> want(x.size());
@@ -515,8 +536,9 @@ TEST_P(BackendOps, RopeTable) {
 
 TEST_P(BackendOps, Rope) {
   std::mt19937 rng(9);
-  for (const auto& [n, heads, head_dim] :
-       {std::tuple{5, 4, 8}, {33, 6, 64}, {3, 2, 52}, {2, 32, 128}}) {
+  for (const auto& shape : {std::tuple{5, 4, 8}, {33, 6, 64}, {3, 2, 52}, {2, 32, 128}}) {
+    // Plain names: the lambdas below capture them.
+    const int n = std::get<0>(shape), heads = std::get<1>(shape), head_dim = std::get<2>(shape);
     std::vector<int64_t> positions(n);
     for (int64_t& p : positions) p = uniform_int(rng, 0, 5000);
     const std::vector<double> table64 = rope_reference(positions, head_dim, 10000.0f);
@@ -544,7 +566,8 @@ TEST_P(BackendOps, Rope) {
 
 TEST_P(BackendOps, Swiglu) {
   std::mt19937 rng(10);
-  for (const auto& [n, f] : {std::pair{1, 7}, {33, 416}, {3, 4103}}) {
+  for (const auto& shape : {std::pair{1, 7}, {33, 416}, {3, 4103}}) {
+    const int n = shape.first, f = shape.second;  // plain names: the lambdas below capture them
     const std::vector<float> gate = random(rng, size_t(n) * f, -8.0f, 8.0f);
     const std::vector<float> up = random(rng, size_t(n) * f, -2.0f, 2.0f);
     std::vector<double> want(gate.size());
@@ -804,7 +827,11 @@ TEST_P(BackendOps, Sample) {
                            {1000, true, std::size(kinds), 2},
                            {1000, false, 2, 150}};
   std::mt19937 rng(13);
-  for (const auto& [vocab, ties, kind_count, per_kind] : batches) {
+  for (const Batch& batch : batches) {
+    // Plain names: the lambdas below capture them.
+    const int vocab = batch.vocab, per_kind = batch.rows;
+    const bool ties = batch.ties;
+    const size_t kind_count = batch.kinds;
     const int n = static_cast<int>(kind_count) * per_kind;
     std::vector<float> logits = random(rng, size_t(n) * vocab, -6.0f, 6.0f);
     if (ties)
