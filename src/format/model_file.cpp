@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "format/data_hash.h"
+#include "format/file_errors.h"
 #include "format/model_schema.h"
 
 namespace photon {
@@ -24,32 +25,6 @@ namespace {
 // with hundreds of thousands of tensors stays far below them.
 constexpr flatbuffers::uoffset_t kMaxHeaderDepth = 16;
 constexpr flatbuffers::uoffset_t kMaxHeaderTables = 1u << 22;
-
-class FileErrors {
- public:
-  explicit FileErrors(const std::string& path) : path_(path) {}
-  [[noreturn]] void fail(photon_status status, const std::string& what) const {
-    photon::fail(status, path_ + ": " + what);
-  }
-  [[noreturn]] void fail_tensor(photon_status status, const std::string& tensor,
-                                const std::string& what) const {
-    fail(status, "tensor '" + tensor + "' " + what);
-  }
-
- private:
-  const std::string& path_;
-};
-
-class FdCloser {
- public:
-  explicit FdCloser(int fd) : fd_(fd) {}
-  ~FdCloser() { ::close(fd_); }
-  FdCloser(const FdCloser&) = delete;
-  FdCloser& operator=(const FdCloser&) = delete;
-
- private:
-  int fd_;
-};
 
 uint32_t read_le32(const uint8_t* p) {
   return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;

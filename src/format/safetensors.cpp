@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "format/file_errors.h"
 #include "format/model_schema.h"
 
 namespace photon {
@@ -27,32 +28,6 @@ constexpr size_t kMaxNameBytes = 4096;
 constexpr int kMaxDepth = 3;
 // Tensors are widened this many source bytes at a time; the pages behind are then released.
 constexpr size_t kReadChunk = size_t{8} << 20;
-
-class FileErrors {
- public:
-  explicit FileErrors(const std::string& path) : path_(path) {}
-  [[noreturn]] void fail(photon_status status, const std::string& what) const {
-    photon::fail(status, path_ + ": " + what);
-  }
-  [[noreturn]] void fail_tensor(photon_status status, const std::string& tensor,
-                                const std::string& what) const {
-    fail(status, "tensor '" + tensor + "' " + what);
-  }
-
- private:
-  const std::string& path_;
-};
-
-class FdCloser {
- public:
-  explicit FdCloser(int fd) : fd_(fd) {}
-  ~FdCloser() { ::close(fd_); }
-  FdCloser(const FdCloser&) = delete;
-  FdCloser& operator=(const FdCloser&) = delete;
-
- private:
-  int fd_;
-};
 
 uint64_t read_le64(const uint8_t* p) {
   uint64_t v = 0;
