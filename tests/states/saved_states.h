@@ -2,7 +2,7 @@
 // RecGen of 2 and 3, vanilla) and KV cache type (f32: format version 1; bf16 and f16: version 2),
 // saved by the library of the release that wrote those versions, and what each session does after
 // it is restored (saved/expected.json). photon_make_states writes both; test_saved_states.cpp
-// restores every state with this build and checks that it continues exactly as recorded. When the
+// restores every state with this build and checks that it continues as recorded. When the
 // arithmetic changes on purpose (every CPU product through the skinny kernels changed the bits of
 // prefill's log-probabilities), expected.json is recorded again by the last library that writes
 // format version 2, restoring the committed states.
