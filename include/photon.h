@@ -755,16 +755,23 @@ PHOTON_API photon_status photon_session_generate_batch(photon_session *const *se
 /* ---------------------------------------------------------------------------------------------- */
 
 /* Serializes the session's complete state (schemas/session.fbs): a fingerprint of the model and
- * tokenizer, mode, token history, sampler settings and random generator state, and the caches
- * needed to continue (RecGen: the top-level cache and the open windows; HierGen: every level's
- * encoder cache and the open windows). A restored session continues exactly as this one would have,
- * in any process. States are portable between devices: caches are saved in the session's KV type
- * (f32 unless photon_session_options_set_kv_type chose another) whatever the device, so a state
- * saved on a GPU restores on the CPU and the other way round; it then continues with the other
- * device's arithmetic (log-probabilities within the bounds given at
- * photon_load_options_set_device). If capacity is too small (buffer may be NULL), returns
- * PHOTON_ERR_BUFFER_TOO_SMALL with *size set to the bytes needed; otherwise *size receives the
- * bytes written. */
+ * tokenizer, mode, context length, KV type, token history, sampler settings (temperature, top-k,
+ * top-p, min-p, repetition penalty and its window, seed, ignore-EOS, stop strings), the generated
+ * text that stop strings are matched in and the bytes of a character not yet delivered, and the
+ * caches and mode state needed to continue (RecGen: the top-level cache, the plans and the open
+ * windows; HierGen: every level's encoder cache, pending units and open window; vanilla: its
+ * cache). A restored session continues exactly as this one would have, in any process: the same
+ * tokens, pieces and log-probabilities, stopping at the same tokens for the same reasons, and the
+ * same after a later prefill. It does not keep: the stop reason (PHOTON_STOP_NONE until its first
+ * call; a pull loop's next pull, which would return -1 after a stop string, returns the next
+ * token), a pending photon_session_cancel (its first pull is not stopped), and context shift
+ * (off until photon_session_set_sampler turns it on). States are portable between devices:
+ * caches are saved in the session's KV type (f32 unless photon_session_options_set_kv_type chose
+ * another) whatever the device, so a state saved on a GPU restores on the CPU and the other way
+ * round; it then continues with the other device's arithmetic (log-probabilities within the
+ * bounds given at photon_load_options_set_device). If capacity is too small (buffer may be NULL),
+ * returns PHOTON_ERR_BUFFER_TOO_SMALL with *size set to the bytes needed; otherwise *size receives
+ * the bytes written. */
 PHOTON_API photon_status photon_session_save(photon_session *session, void *buffer, size_t capacity,
                                              size_t *size);
 /* As photon_session_save, to a file (written to a temporary name and renamed). */

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <sstream>
 #include <utility>
 
 #include "engine/session_state_v2.h"
@@ -36,11 +37,20 @@ SamplerConfig get_sampler(const fb::Sampler* in) {
   c.repetition_last_n = in->repetition_last_n();
   c.seed = in->seed();
   c.ignore_eos = in->ignore_eos();
-  StateReader::expect(std::isfinite(c.temperature) && c.temperature >= 0.0f && c.top_k >= 0 &&
-                          c.top_p > 0.0f && c.top_p <= 1.0f && c.min_p >= 0.0f && c.min_p < 1.0f &&
-                          std::isfinite(c.repetition_penalty) && c.repetition_penalty >= 1.0f &&
-                          c.repetition_last_n >= 0,
-                      "the sampler settings are out of range");
+  // Each setting is checked on its own, so that the message names the one that is wrong.
+  const auto in_range = [](bool ok, const char* setting, double value, const char* range) {
+    std::ostringstream message;
+    message << "the sampler's " << setting << " is out of range: " << value << " (" << range << ")";
+    StateReader::expect(ok, message.str());
+  };
+  in_range(std::isfinite(c.temperature) && c.temperature >= 0.0f, "temperature", c.temperature,
+           "finite, >= 0");
+  in_range(c.top_k >= 0, "top_k", c.top_k, ">= 0");
+  in_range(c.top_p > 0.0f && c.top_p <= 1.0f, "top_p", c.top_p, "in (0, 1]");
+  in_range(c.min_p >= 0.0f && c.min_p < 1.0f, "min_p", c.min_p, "in [0, 1)");
+  in_range(std::isfinite(c.repetition_penalty) && c.repetition_penalty >= 1.0f,
+           "repetition_penalty", c.repetition_penalty, "finite, >= 1");
+  in_range(c.repetition_last_n >= 0, "repetition_last_n", c.repetition_last_n, ">= 0");
   if (in->stop_strings())
     for (const auto* s : *in->stop_strings()) {
       StateReader::expect(s && s->size() > 0, "a stop string is empty");

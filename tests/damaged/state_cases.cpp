@@ -304,30 +304,38 @@ void add_common_cases(StateCases<State>& s) {
   s.edit(
       kHier, "SessionState.sampler", "absent", [](State& st) { st.sampler.reset(); }, kCorrupt,
       "the sampler settings are missing");
-  const std::string range = "the sampler settings are out of range";
+  const auto range = [](const char* setting) {
+    return std::string("the sampler's ") + setting + " is out of range";
+  };
   s.edit(
       kHier, "Sampler.temperature", "-1", [](State& st) { st.sampler->temperature = -1; }, kCorrupt,
-      range);
+      range("temperature"));
   s.edit(
       kHier, "Sampler.temperature", "NaN",
-      [](State& st) { st.sampler->temperature = std::nanf(""); }, kCorrupt, range);
+      [](State& st) { st.sampler->temperature = std::nanf(""); }, kCorrupt, range("temperature"));
   s.edit(
-      kHier, "Sampler.top_k", "-1", [](State& st) { st.sampler->top_k = -1; }, kCorrupt, range);
+      kHier, "Sampler.top_k", "-1", [](State& st) { st.sampler->top_k = -1; }, kCorrupt,
+      range("top_k"));
   s.edit(
-      kHier, "Sampler.top_p", "0", [](State& st) { st.sampler->top_p = 0; }, kCorrupt, range);
+      kHier, "Sampler.top_p", "0", [](State& st) { st.sampler->top_p = 0; }, kCorrupt,
+      range("top_p"));
   s.edit(
-      kHier, "Sampler.top_p", "1.5", [](State& st) { st.sampler->top_p = 1.5f; }, kCorrupt, range);
+      kHier, "Sampler.top_p", "1.5", [](State& st) { st.sampler->top_p = 1.5f; }, kCorrupt,
+      range("top_p"));
   s.edit(
-      kHier, "Sampler.min_p", "1", [](State& st) { st.sampler->min_p = 1; }, kCorrupt, range);
+      kHier, "Sampler.min_p", "1", [](State& st) { st.sampler->min_p = 1; }, kCorrupt,
+      range("min_p"));
   s.edit(
       kHier, "Sampler.repetition_penalty", "0.5",
-      [](State& st) { st.sampler->repetition_penalty = 0.5f; }, kCorrupt, range);
+      [](State& st) { st.sampler->repetition_penalty = 0.5f; }, kCorrupt,
+      range("repetition_penalty"));
   s.edit(
       kHier, "Sampler.repetition_penalty", "infinite",
-      [](State& st) { st.sampler->repetition_penalty = INFINITY; }, kCorrupt, range);
+      [](State& st) { st.sampler->repetition_penalty = INFINITY; }, kCorrupt,
+      range("repetition_penalty"));
   s.edit(
       kHier, "Sampler.repetition_last_n", "-1",
-      [](State& st) { st.sampler->repetition_last_n = -1; }, kCorrupt, range);
+      [](State& st) { st.sampler->repetition_last_n = -1; }, kCorrupt, range("repetition_last_n"));
   s.edit(
       kHier, "Sampler.seed", "any value", [](State& st) { st.sampler->seed = ~uint64_t{0}; },
       PHOTON_OK, "");

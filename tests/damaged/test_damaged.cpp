@@ -4,13 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <regex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "damage_cases.h"
 #include "photon.h"
+#include "schema_fields.h"
 #include "tiny_models.h"
 
 namespace photon::hardening {
@@ -132,26 +132,6 @@ TEST_F(Damaged, SessionStatesFailWithTheirOwnErrors) {
   }
 }
 
-// prefix + "Table.field" for every field of a schema's tables but the deprecated ones.
-std::set<std::string> schema_fields(const std::string& schema, const std::string& prefix) {
-  std::ifstream in(std::string(PHOTON_SOURCE_DIR) + "/schemas/" + schema);
-  EXPECT_TRUE(in) << schema;
-  const std::regex table_start(R"(^\s*table\s+(\w+))"), field(R"(^\s*(\w+)\s*:)");
-  std::set<std::string> fields;
-  std::string table, line;
-  std::smatch m;
-  while (std::getline(in, line)) {
-    if (std::regex_search(line, m, table_start))
-      table = m[1];
-    else if (line.find('}') != std::string::npos)
-      table.clear();
-    else if (!table.empty() && std::regex_search(line, m, field) &&
-             line.find("(deprecated)") == std::string::npos)
-      fields.insert(prefix + table + "." + m[1].str());
-  }
-  return fields;
-}
-
 TEST_F(Damaged, EveryFieldOfBothFormatsHasACase) {
   std::set<std::string> covered;
   for (const DamageCase& c : damaged_model_files(files_[kPhotonModel], files_[kVanillaModel]))
@@ -161,7 +141,7 @@ TEST_F(Damaged, EveryFieldOfBothFormatsHasACase) {
   const std::pair<const char*, const char*> schemas[] = {
       {"model.fbs", ""}, {"session.fbs", ""}, {"session_v2.fbs", "v2."}};
   for (const auto& [schema, prefix] : schemas)
-    for (const std::string& f : schema_fields(schema, prefix)) {
+    for (const std::string& f : photon::testing::schema_fields(schema, prefix)) {
       ++fields;
       EXPECT_EQ(covered.count(f), 1u) << f << " of " << schema << " has no damaged case";
     }
