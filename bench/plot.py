@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Plots of `photon bench` JSON lines: TPM against model size, the throughput / memory Pareto
-picture, and decode time per token against context length.
+picture, and decode time per token against context length; and of photon_serving_bench's: time to
+first token and throughput against offered load, per scheduler.
 
 usage: /usr/bin/python3 bench/plot.py --out-dir DIR [--prefix NAME] RESULTS.jsonl...
 
-Writes DIR/NAME-tpm, DIR/NAME-pareto and DIR/NAME-scaling, each as .png and .svg, for the studies
-present in the input. Needs matplotlib (Debian: python3-matplotlib).
+Writes DIR/NAME-tpm, DIR/NAME-pareto, DIR/NAME-scaling and DIR/NAME-serving, each as .png and .svg,
+for the studies present in the input. Needs matplotlib (Debian: python3-matplotlib).
 """
 
 import argparse
@@ -159,6 +160,41 @@ def plot_scaling(runs, out_dir, prefix):
     save(figure, out_dir, prefix, "scaling")
 
 
+SCHEDULER_STYLE = {"engine": ("#2f855a", "o"), "static": ("#d9822b", "^"),
+                   "sequential": ("#555555", "s")}
+
+
+def plot_serving(rows, out_dir, prefix):
+    """p99 time to first token and throughput against the arrival rate, a line per scheduler and
+    model."""
+    figure, (ttft, tput) = plt.subplots(1, 2, figsize=(11, 4.2))
+    models = []
+    for r in rows:
+        if r["model"] not in models:
+            models.append(r["model"])
+    for m, model in enumerate(models):
+        name = model.rsplit("/", 1)[-1].split(".photon")[0]
+        for scheduler, (color, marker) in SCHEDULER_STYLE.items():
+            line = sorted((r for r in rows if r["model"] == model and r["scheduler"] == scheduler),
+                          key=lambda r: r["rate"])
+            if not line:
+                continue
+            style = dict(color=color, marker=marker, linestyle=["-", "--", ":"][m % 3],
+                         label="%s, %s" % (scheduler, name))
+            ttft.plot([r["rate"] for r in line], [r["ttft_p99_ms"] / 1000 for r in line], **style)
+            tput.plot([r["rate"] for r in line], [r["tok_s"] for r in line], **style)
+    ttft.set(xlabel="offered load (requests / s)", ylabel="time to first token, p99 (s)",
+             xscale="log", yscale="log")
+    tput.set(xlabel="offered load (requests / s)", ylabel="generated tokens / s", xscale="log")
+    for axes in (ttft, tput):
+        axes.grid(alpha=0.3)
+    tput.legend(fontsize=8)
+    first = rows[0]
+    figure.suptitle("Serving: %d requests, %d prompt / %d generated tokens"
+                    % (first["requests"], first["prompt"], first["output"]))
+    save(figure, out_dir, prefix, "serving")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out-dir", required=True)
@@ -168,15 +204,18 @@ def main():
     plt.rcParams["svg.fonttype"] = "none"  # text stays text: small, searchable SVGs
     plt.rcParams["svg.hashsalt"] = "photon-bench"  # the same data gives the same file
     records = load(args.results)
-    throughput = [r for r in records if r["study"] == "throughput"]
-    scaling = [r for r in records if r["study"] == "scaling"]
+    throughput = [r for r in records if r.get("study") == "throughput"]
+    scaling = [r for r in records if r.get("study") == "scaling"]
+    serving = [r for r in records if "scheduler" in r]
     if throughput:
         plot_tpm(throughput, args.out_dir, args.prefix)
         plot_pareto(throughput, args.out_dir, args.prefix)
     if scaling:
         plot_scaling(scaling, args.out_dir, args.prefix)
-    if not throughput and not scaling:
-        print("plot.py: no throughput or scaling records in the input", file=sys.stderr)
+    if serving:
+        plot_serving(serving, args.out_dir, args.prefix)
+    if not throughput and not scaling and not serving:
+        print("plot.py: no throughput, scaling or serving records in the input", file=sys.stderr)
         return 1
     return 0
 
