@@ -14,6 +14,7 @@ import json
 import sys
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
@@ -186,12 +187,16 @@ def plot_serving(rows, out_dir, prefix):
     ttft.set(xlabel="offered load (requests / s)", ylabel="time to first token, p99 (s)",
              xscale="log", yscale="log")
     tput.set(xlabel="offered load (requests / s)", ylabel="generated tokens / s", xscale="log")
+    plain = matplotlib.ticker.FormatStrFormatter("%g")
     for axes in (ttft, tput):
         axes.grid(alpha=0.3)
+        axes.xaxis.set_major_formatter(plain)
+        axes.xaxis.set_minor_formatter(plain)
+        axes.yaxis.set_major_formatter(plain)
     tput.legend(fontsize=8)
     first = rows[0]
-    figure.suptitle("Serving: %d requests, %d prompt / %d generated tokens"
-                    % (first["requests"], first["prompt"], first["output"]))
+    figure.suptitle("Serving: %d prompt / %d generated tokens per request"
+                    % (first["prompt"], first["output"]))
     save(figure, out_dir, prefix, "serving")
 
 
