@@ -110,6 +110,51 @@ TEST_F(SessionState, ResumedSessionsContinueExactly) {
   }
 }
 
+// Settings that only show late: min-p filters the draws, and a context shorter than the model's
+// ends the run where it fills. A resumed session keeps both.
+TEST_F(SessionState, ResumedSessionsKeepMinPAndTheirContext) {
+  constexpr int32_t kContext = 30;
+  const auto make_limited = [](photon_model* model, photon_mode mode) {
+    photon_session_options* o = nullptr;
+    photon_session_options_create(&o);
+    photon_session_options_set_mode(o, mode);
+    photon_session_options_set_temperature(o, 1.0f);
+    photon_session_options_set_min_p(o, 0.2f);
+    photon_session_options_set_seed(o, 9);
+    photon_session_options_set_ignore_eos(o, 1);
+    photon_session_options_set_context_length(o, kContext);
+    photon_session* s = nullptr;
+    EXPECT_EQ(photon_session_create(model, o, &s), PHOTON_OK) << photon_last_error();
+    photon_session_options_free(o);
+    return s;
+  };
+  const std::vector<int32_t> p = prompt(6);
+  for (photon_mode mode : {PHOTON_MODE_HIERGEN, PHOTON_MODE_RECGEN}) {
+    photon_session* whole = make_limited(models_[2], mode);
+    ASSERT_EQ(photon_session_prefill(whole, p.data(), p.size()), PHOTON_OK);
+    Generated expected;
+    ASSERT_EQ(photon_session_generate(whole, 40, collect, &expected, nullptr), PHOTON_OK);
+    ASSERT_EQ(photon_session_stop_reason(whole), PHOTON_STOP_CONTEXT_FULL);
+    ASSERT_EQ(expected.tokens.size(), static_cast<size_t>(kContext) - p.size());
+    photon_session_free(whole);
+    for (int split : {0, 5, 17}) {
+      photon_session* first = make_limited(models_[2], mode);
+      ASSERT_EQ(photon_session_prefill(first, p.data(), p.size()), PHOTON_OK);
+      Generated got;
+      ASSERT_EQ(photon_session_generate(first, split, collect, &got, nullptr), PHOTON_OK);
+      const std::vector<uint8_t> blob = save_state(first);
+      photon_session_free(first);
+      photon_session* resumed = nullptr;
+      ASSERT_EQ(photon_session_restore(models_[2], blob.data(), blob.size(), &resumed), PHOTON_OK)
+          << photon_last_error();
+      ASSERT_EQ(photon_session_generate(resumed, 40 - split, collect, &got, nullptr), PHOTON_OK);
+      EXPECT_EQ(got.tokens, expected.tokens) << "mode " << mode << " split " << split;
+      EXPECT_EQ(photon_session_stop_reason(resumed), PHOTON_STOP_CONTEXT_FULL);
+      photon_session_free(resumed);
+    }
+  }
+}
+
 TEST_F(SessionState, FilesRoundTripAndRecGenStatesStayCompact) {
   photon_model* model = models_[2];
   const std::vector<int32_t> p = prompt(60);
