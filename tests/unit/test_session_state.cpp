@@ -56,6 +56,23 @@ class SessionState : public ::testing::Test {
     return s;
   }
 
+  // `first` (a new session) prefilled with p, `split` tokens generated into *got, saved, freed
+  // and restored: the restored session, or nullptr after a failed step.
+  static photon_session* resumed_after(photon_model* model, photon_session* first,
+                                       const std::vector<int32_t>& p, int split, Generated* got) {
+    photon_session* resumed = nullptr;
+    if (photon_session_prefill(first, p.data(), p.size()) == PHOTON_OK &&
+        photon_session_generate(first, split, collect, got, nullptr) == PHOTON_OK) {
+      const std::vector<uint8_t> blob = save_state(first);
+      EXPECT_EQ(photon_session_restore(model, blob.data(), blob.size(), &resumed), PHOTON_OK)
+          << photon_last_error();
+    } else {
+      ADD_FAILURE() << "prefill or generate before the save: " << photon_last_error();
+    }
+    photon_session_free(first);
+    return resumed;
+  }
+
   static std::vector<int32_t> prompt(int n) {
     std::vector<int32_t> p;
     for (int i = 0; i < n; ++i) p.push_back(i == 0 ? 1 : 3 + (i * 53 + 7) % 500);
@@ -90,15 +107,9 @@ TEST_F(SessionState, ResumedSessionsContinueExactly) {
       ASSERT_EQ(photon_session_generate(whole, 40, collect, &expected, nullptr), PHOTON_OK);
       photon_session_free(whole);
       for (int split : {0, 1, 3, 6, 7, 12, 19}) {
-        photon_session* first = make(model, c.mode);
-        ASSERT_EQ(photon_session_prefill(first, p.data(), p.size()), PHOTON_OK);
         Generated got;
-        ASSERT_EQ(photon_session_generate(first, split, collect, &got, nullptr), PHOTON_OK);
-        const std::vector<uint8_t> blob = save_state(first);
-        photon_session_free(first);
-        photon_session* resumed = nullptr;
-        ASSERT_EQ(photon_session_restore(model, blob.data(), blob.size(), &resumed), PHOTON_OK)
-            << photon_last_error();
+        photon_session* resumed = resumed_after(model, make(model, c.mode), p, split, &got);
+        ASSERT_NE(resumed, nullptr);
         EXPECT_EQ(photon_session_position(resumed), prompt_len + split);
         ASSERT_EQ(photon_session_generate(resumed, 40 - split, collect, &got, nullptr), PHOTON_OK);
         EXPECT_EQ(got.tokens, expected.tokens) << "levels " << c.levels << " mode " << c.mode
@@ -138,15 +149,10 @@ TEST_F(SessionState, ResumedSessionsKeepMinPAndTheirContext) {
     ASSERT_EQ(expected.tokens.size(), static_cast<size_t>(kContext) - p.size());
     photon_session_free(whole);
     for (int split : {0, 5, 17}) {
-      photon_session* first = make_limited(models_[2], mode);
-      ASSERT_EQ(photon_session_prefill(first, p.data(), p.size()), PHOTON_OK);
       Generated got;
-      ASSERT_EQ(photon_session_generate(first, split, collect, &got, nullptr), PHOTON_OK);
-      const std::vector<uint8_t> blob = save_state(first);
-      photon_session_free(first);
-      photon_session* resumed = nullptr;
-      ASSERT_EQ(photon_session_restore(models_[2], blob.data(), blob.size(), &resumed), PHOTON_OK)
-          << photon_last_error();
+      photon_session* resumed =
+          resumed_after(models_[2], make_limited(models_[2], mode), p, split, &got);
+      ASSERT_NE(resumed, nullptr);
       ASSERT_EQ(photon_session_generate(resumed, 40 - split, collect, &got, nullptr), PHOTON_OK);
       EXPECT_EQ(got.tokens, expected.tokens) << "mode " << mode << " split " << split;
       EXPECT_EQ(photon_session_stop_reason(resumed), PHOTON_STOP_CONTEXT_FULL);
