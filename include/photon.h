@@ -303,10 +303,14 @@ PHOTON_API photon_status photon_model_score(const photon_model *model, const int
 /* The model file's tensor table, for inspection. PHOTON_MAX_DIMS bounds a tensor's rank. */
 #define PHOTON_MAX_DIMS 4
 
+/* Storage types. PHOTON_DTYPE_Q8 holds each run of 32 values of a row in 34 bytes, a bf16 scale d
+ * and 32 int8 q in [-127, 127] standing for d * q (per block d = max |w| / 127, rounded). It is a
+ * weight type only, computed on the CPU (a GPU refuses it with PHOTON_ERR_UNSUPPORTED). */
 typedef enum photon_dtype {
   PHOTON_DTYPE_F32 = 0,
   PHOTON_DTYPE_F16 = 1,
-  PHOTON_DTYPE_BF16 = 2
+  PHOTON_DTYPE_BF16 = 2,
+  PHOTON_DTYPE_Q8 = 3
 } photon_dtype;
 
 /* Number of tensors in the model file; 0 for NULL. */
@@ -334,7 +338,9 @@ typedef struct photon_write_options photon_write_options;
 PHOTON_API photon_status photon_write_options_create(photon_write_options **out);
 /* Frees write options; NULL is accepted. */
 PHOTON_API void photon_write_options_free(photon_write_options *options);
-/* Storage dtype of the written weights (computation is always at least f32 on the CPU). */
+/* Storage dtype of the written weights (computation is always at least f32 on the CPU). With
+ * PHOTON_DTYPE_Q8 the matrices whose rows are whole blocks of 32 are q8, other matrices f16 and
+ * vectors (norms, biases) f32. */
 PHOTON_API photon_status photon_write_options_set_dtype(photon_write_options *options,
                                                         photon_dtype dtype);
 /* A sentencepiece .model file to embed instead of the built-in tokenizer. A tokenizer smaller than
@@ -363,11 +369,14 @@ PHOTON_API photon_status photon_model_convert(const char *config_json_path,
                                               const char *weights_npz_path, const char *out_path,
                                               const photon_write_options *options);
 
-/* Builds a .photon file from a safetensors checkpoint. path is either
+/* Builds a .photon file from a safetensors checkpoint or another .photon file. path is either
  *   a directory holding config.json, the weights (model.safetensors, or the shards that
  *   model.safetensors.index.json lists) and tokenizer.model, as Hugging Face and the SDK's trainer
  *   write them, or
- *   one .safetensors file, whose configuration config_json_path then gives.
+ *   one .safetensors file, whose configuration config_json_path then gives, or
+ *   a .photon model file (config_json_path NULL): its tensors are stored again as the options'
+ *   dtype (to quantize a model to q8, or to widen one), with its configuration, its tokenizer
+ *   (unless the options give one) and its metadata ("source" then names it).
  * config_json_path (NULL: path/config.json) is the SDK's configuration (spec section 8; tensors
  * named as in spec section 6, any architecture) or a Hugging Face config.json of
  * LlamaForCausalLM or MistralForCausalLM, which becomes a vanilla model (the fields and tensor

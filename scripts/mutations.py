@@ -49,6 +49,16 @@ MUTATIONS = [
     Mutation("f16-widen-exponent", "src/core/dtype.cpp",
              "value *= 0x1p112f;", "value *= 0x1p113f;",
              "f16 -> f32 widening doubles every finite value (exponent bias off by one)"),
+    Mutation("q8-quantize-truncates", "src/core/dtype.cpp",
+             "std::nearbyint(src[i] / d)", "std::trunc(src[i] / d)",
+             "q8 quantization truncates w / d instead of rounding it to nearest"),
+    Mutation("q8-avx2-unsigned", "src/backend/cpu/skinny_gemm_avx2.cpp",
+             "_mm256_cvtepi8_epi32(", "_mm256_cvtepu8_epi32(",
+             "the AVX2 q8 kernels read the int8 values as unsigned"),
+    Mutation("q8-portable-unsigned", "src/backend/cpu/skinny_gemm_portable.cpp",
+             "d.v[l] * static_cast<float>(q[l]);",
+             "d.v[l] * static_cast<float>(static_cast<uint8_t>(q[l]));",
+             "the portable q8 kernels (the oracle) read the int8 values as unsigned"),
     # ---- RoPE ------------------------------------------------------------------------------------
     Mutation("rope-sin-sign", "src/backend/cpu/rope.cpp",
              "v[i] = a * c[i] - b * s[i];", "v[i] = a * c[i] + b * s[i];",
@@ -157,12 +167,12 @@ MUTATIONS = [
              "            T::copy(saved[g], t);\n",
              "          T::zero(t);\n"
              "          if (k1 < whole) {\n"
-             "            T::steps(t, x, a.in, wg, k0, k1, nullptr, 1);\n"
+             "            T::steps(t, x, a.in, wg, k0, k1, nullptr, 0, 1);\n"
              "            T::finish(t, x, a.in, wg, a.in, y + g * WB, a.ldy, a.accumulate || k0 > 0);\n"
              "            continue;\n"
              "          }\n"
              "          if (k0 > 0) {\n"
-             "            T::steps(t, x, a.in, wg, k0, k1, nullptr, 1);\n"
+             "            T::steps(t, x, a.in, wg, k0, k1, nullptr, 0, 1);\n"
              "            T::finish(t, x, a.in, wg, whole, y + g * WB, a.ldy, true);\n"
              "            continue;\n"
              "          }\n",

@@ -101,7 +101,7 @@ def main(argv=None):
     parser.add_argument("--run", required=True, help="run directory of training.train")
     parser.add_argument("--photon", default="build/bin/photon", help="the photon CLI")
     parser.add_argument("--tokenizer", default="out/train/corpus/tokenizer.model")
-    parser.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"])
+    parser.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16", "q8"])
     parser.add_argument("--measured", metavar="EVAL_JSON:NAME",
                         help="record training.evaluate's numbers of NAME as metadata")
     parser.add_argument("-o", "--output", required=True, help="the .photon file to write")

@@ -48,7 +48,8 @@ photon_status photon_write_options_set_dtype(photon_write_options* o, photon_dty
   return guard([&] {
     require(o, "photon_write_options_set_dtype", "options is NULL");
     const int value = photon::api::enum_value(dtype);
-    require(value == PHOTON_DTYPE_F32 || value == PHOTON_DTYPE_F16 || value == PHOTON_DTYPE_BF16,
+    require(value == PHOTON_DTYPE_F32 || value == PHOTON_DTYPE_F16 || value == PHOTON_DTYPE_BF16 ||
+                value == PHOTON_DTYPE_Q8,
             "photon_write_options_set_dtype", "unknown dtype");
     o->dtype = static_cast<photon::DType>(dtype);
   });
@@ -116,6 +117,18 @@ photon_status photon_model_convert_from(const char* path, const char* config_jso
     require(out_path, "photon_model_convert_from", "out_path is NULL");
     const photon_write_options defaults;
     const photon_write_options& o = options ? *options : defaults;
+    if (photon::is_model_file(path)) {
+      if (config_json_path)
+        photon::fail(PHOTON_ERR_INVALID_ARGUMENT,
+                     std::string("photon_model_convert_from: ") + path +
+                         " is a model file, which holds its own configuration");
+      const auto source = photon::ModelFile::open(path);
+      const std::string tokenizer = o.tokenizer_path.empty()
+                                        ? source->tokenizer_model()
+                                        : tokenizer_for(o, source->config().vocab_size);
+      photon::rewrite_model_file(*source, tokenizer, out_path, write_options(o));
+      return;
+    }
     photon::convert_checkpoint({path, config_json_path ? config_json_path : "", o.tokenizer_path},
                                out_path, write_options(o));
   });

@@ -63,6 +63,13 @@ class Contract {
                      ") runs past the end of its buffer of " + std::to_string(t.buffer->bytes()) +
                      " bytes");
   }
+  // A weight matrix (linear's w, embed's table) in memory; q8 rows of whole blocks.
+  void weights(const Tensor& t, const Operand& name) const {
+    if (t.dtype == DType::Q8 && t.cols % kQ8Block != 0)
+      fail(name, "is " + describe(t) + ", whose rows are not whole q8 blocks of " +
+                     std::to_string(kQ8Block));
+    in_memory(t, name);
+  }
   void f32(const Tensor& t, const Operand& name) const {
     in_memory(t, name);
     if (t.dtype != DType::F32) fail(name, "is " + describe(t) + ", expected f32");
@@ -133,9 +140,12 @@ Tensor Backend::weight(const HostWeight& source, std::string_view name) {
   const Contract c(*this, "weight");
   c.positive(source.rows, "rows");
   c.positive(source.cols, "cols");
+  if (source.dtype == DType::Q8 && source.cols % kQ8Block != 0)
+    c.fail("cols", "is " + std::to_string(source.cols) + ", not whole q8 blocks of " +
+                       std::to_string(kQ8Block));
   c.host(source.data, 1, "data");
   const Tensor t = do_weight(source, name);
-  c.in_memory(t, "result");
+  c.weights(t, "result");
   c.shape(t, "result", source.rows, source.cols);
   return t;
 }
@@ -171,7 +181,7 @@ void Backend::copy_rows(std::span<const RowCopy> copies) {
 
 void Backend::embed(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) {
   const Contract c(*this, "embed");
-  c.in_memory(table, "table");
+  c.weights(table, "table");
   c.f32(out, "out");
   c.shape(out, "out", static_cast<int64_t>(ids.size()), table.cols);
   c.disjoint(out, "out", table, "table");
@@ -196,7 +206,7 @@ void Backend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, const
                      bool accumulate) {
   const Contract c(*this, "linear");
   c.f32(x, "x");
-  c.in_memory(w, "w");
+  c.weights(w, "w");
   c.shape(w, "w", w.rows, x.cols);
   c.f32(y, "y");
   c.shape(y, "y", x.rows, w.rows);
@@ -216,7 +226,7 @@ void Backend::linear_group(const Tensor& x, std::span<const LinearOut> outs) {
   for (size_t i = 0; i < outs.size(); ++i) {
     const LinearOut& o = outs[i];
     const Operand w("outs", i, "w"), y("outs", i, "y");
-    c.in_memory(o.w, w);
+    c.weights(o.w, w);
     c.shape(o.w, w, o.w.rows, x.cols);
     c.f32(o.y, y);
     c.shape(o.y, y, x.rows, o.w.rows);

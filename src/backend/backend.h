@@ -13,8 +13,8 @@
 // - Memory: every tensor lies wholly inside a buffer of this backend (a tensor of no bytes may
 //   have none). Host pointers are not null where there is something to read or write.
 // - Types: activations, outputs, tables, norms and biases are f32. Weight matrices (linear, embed)
-//   are as weight() returned them: f32, bf16 or f16. KV caches are f32, bf16 or f16, K and V of
-//   a segment of one type.
+//   are as weight() returned them: f32, bf16, f16 or q8 (rows of whole 32-value blocks). KV caches
+//   are f32, bf16 or f16, K and V of a segment of one type.
 // - Shapes: as each call states; n is the number of rows of the call's first tensor.
 // - Aliasing: an output shares no byte with another operand of the same call, except where a call
 //   says it may be the same tensor (rmsnorm's y and x) or works in place (rope, swiglu's gate).

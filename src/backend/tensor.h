@@ -40,7 +40,7 @@ struct Tensor {
   int64_t cols = 0;
   DType dtype = DType::F32;
 
-  size_t row_bytes() const { return static_cast<size_t>(cols) * dtype_size(dtype); }
+  size_t row_bytes() const { return dtype_bytes(dtype, static_cast<uint64_t>(cols)); }
   size_t bytes() const { return static_cast<size_t>(rows) * row_bytes(); }
   // Rows [first, first + n).
   Tensor slice(int64_t first, int64_t n) const {

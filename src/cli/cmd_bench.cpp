@@ -526,7 +526,7 @@ void set_model_dir(Plan& plan, const std::string& value, const std::string&) {
   plan.write.dir = value;
 }
 void set_dtype(Plan& plan, const std::string& value, const std::string& label) {
-  plan.write.dtype = parse_dtype(value, label);
+  plan.write.dtype = parse_weight_dtype(value, label);
 }
 void set_seed(Plan& plan, const std::string& value, const std::string& label) {
   plan.seed = parse_uint64(value, label);
@@ -541,7 +541,7 @@ void add_mode(Plan& plan, const std::string& value, const std::string&) {
   plan.rows.push_back(bench::parse_row(value));
 }
 void set_kv_type(Plan& plan, const std::string& value, const std::string& label) {
-  plan.kv_type = parse_dtype(value, label);
+  plan.kv_type = parse_kv_type(value, label);
 }
 void add_regime(Plan& plan, const std::string& value, const std::string&) {
   plan.regimes.push_back(parse_regime(value));
@@ -592,7 +592,7 @@ const std::vector<BenchOption>& bench_options() {
     {"config", 0, "C.json", kModels, "a configuration file; its runs take the file's name", true,
      {}, add_config},
     {"model-dir", 0, "DIR", kModels, model_dir_help, false, {}, set_model_dir},
-    {"dtype", 0, "f32|f16|bf16", kModels, "storage type of written models", false, {"f32"},
+    {"dtype", 0, "f32|f16|bf16|q8", kModels, "storage type of written models", false, {"f32"},
      set_dtype},
     {"seed", 0, "S", kModels, "seed of the weights, prompts and samplers", false, {"0"},
      set_seed},

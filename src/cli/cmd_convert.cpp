@@ -83,11 +83,12 @@ int run_convert(const std::vector<std::string>& argv) {
 }  // namespace
 
 const Command kConvertCommand = {
-    "convert", "build a .photon model from config.json + weights.npz or safetensors",
+    "convert", "build a .photon model from config.json + weights.npz, safetensors or a model",
     "usage: photon convert --config C.json --weights W.npz [--tokenizer T.model] -o M.photon\n"
-    "                      [--dtype f32|f16|bf16] [--meta KEY=VALUE ...]\n"
+    "                      [--dtype f32|f16|bf16|q8] [--meta KEY=VALUE ...]\n"
     "       photon convert --from DIR|W.safetensors [--config C.json] [--tokenizer T.model]\n"
-    "                      -o M.photon [--dtype f32|f16|bf16] [--meta KEY=VALUE ...]\n"
+    "                      -o M.photon [--dtype f32|f16|bf16|q8] [--meta KEY=VALUE ...]\n"
+    "       photon convert --from M.photon -o OUT.photon --dtype q8 [--meta KEY=VALUE ...]\n"
     "\n"
     "Builds a model file from the interchange format: a configuration (spec section 8) and an\n"
     "npz archive of float32/float16 arrays named as in spec section 6 (every tensor the\n"
@@ -97,20 +98,23 @@ const Command kConvertCommand = {
     "(or shards and model.safetensors.index.json) and tokenizer.model, as Hugging Face and the\n"
     "SDK's trainer write them, or one .safetensors file with --config. A Hugging Face\n"
     "LlamaForCausalLM or MistralForCausalLM becomes a vanilla model; what the engine cannot run\n"
-    "exactly (rope_scaling, sliding windows, biases, ...) is refused, naming the field.\n"
+    "exactly (rope_scaling, sliding windows, biases, ...) is refused, naming the field. From a\n"
+    ".photon file, its tensors are stored again as --dtype says (quantizing it to q8, say),\n"
+    "with its configuration, tokenizer and metadata.\n"
     "\n"
     "options:\n"
     "  --config C.json      model configuration (required with --weights; with --from, default\n"
     "                       DIR/config.json)\n"
     "  --weights W.npz      weights (required unless --from)\n"
-    "  --from PATH          a safetensors checkpoint directory or file, instead of --weights\n"
+    "  --from PATH          a safetensors checkpoint directory or file, or a .photon model,\n"
+    "                       instead of --weights\n"
     "  --tokenizer T.model  sentencepiece model to embed (default: with --from, tokenizer.model\n"
     "                       beside the weights; else the SDK's built-in one): the weights' own\n"
     "                       tokenizer, the one they were trained with (a model file's: photon\n"
     "                       inspect M.photon --extract-tokenizer T.model). When -o replaces a\n"
     "                       model made with another tokenizer, a warning says so\n"
     "  -o, --output M.photon  file to write (required; written atomically)\n"
-    "  --dtype f32|f16|bf16 storage type of the weights (default f32)\n"
+    "  --dtype D            storage type of the weights: f32 (default), f16, bf16 or q8\n"
     "  --meta KEY=VALUE     a metadata entry for the file's header (repeatable; `photon inspect`\n"
     "                       lists them), e.g. what the trainer measured\n",
     run_convert};

@@ -75,7 +75,7 @@ void apply_flags(const Args& args, photon_session_options* o) {
     check_setting(photon_session_options_set_context_length(o, context), "--ctx");
   }
   if (auto text = args.value("kv-type")) {
-    check_setting(photon_session_options_set_kv_type(o, parse_dtype(*text, "--kv-type")),
+    check_setting(photon_session_options_set_kv_type(o, parse_kv_type(*text, "--kv-type")),
                   "--kv-type");
   }
   if (auto text = args.value("seed")) {

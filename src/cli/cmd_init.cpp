@@ -111,7 +111,7 @@ int run_init(const std::vector<std::string>& argv) {
 const Command kInitCommand = {
     "init", "write a model with seeded random weights (tests, benchmarks)",
     "usage: photon init (--preset NAME | --config C.json) [--tokenizer T.model]\n"
-    "                   [--dtype f32|f16|bf16] [--seed S] -o M.photon\n"
+    "                   [--dtype f32|f16|bf16|q8] [--seed S] -o M.photon\n"
     "       photon init --list-presets\n"
     "\n"
     "Writes a model whose weights are random (normal, std 0.02; norms one, biases zero), drawn\n"
@@ -121,7 +121,7 @@ const Command kInitCommand = {
     "  --preset NAME        a built-in configuration (see --list-presets)\n"
     "  --config C.json      a configuration file\n"
     "  --tokenizer T.model  sentencepiece model to embed (default: the SDK's built-in one)\n"
-    "  --dtype f32|f16|bf16 storage type of the weights (default f32)\n"
+    "  --dtype D            storage type of the weights: f32 (default), f16, bf16 or q8\n"
     "  --seed S             seed of the weights (default 0)\n"
     "  -o, --output M.photon  file to write (required)\n"
     "  --list-presets       print every preset with its exact parameter count and exit\n",

@@ -168,11 +168,17 @@ const char* mode_name(photon_mode mode) {
   return "unknown";
 }
 
-photon_dtype parse_dtype(const std::string& text, const std::string& what) {
+photon_dtype parse_kv_type(const std::string& text, const std::string& what) {
   if (text == "f32") return PHOTON_DTYPE_F32;
   if (text == "f16") return PHOTON_DTYPE_F16;
   if (text == "bf16") return PHOTON_DTYPE_BF16;
   throw UsageError(what + ": '" + text + "' is not one of f32, f16, bf16");
+}
+
+photon_dtype parse_weight_dtype(const std::string& text, const std::string& what) {
+  if (text == "q8") return PHOTON_DTYPE_Q8;
+  if (text == "f32" || text == "f16" || text == "bf16") return parse_kv_type(text, what);
+  throw UsageError(what + ": '" + text + "' is not one of f32, f16, bf16, q8");
 }
 
 const char* dtype_name(photon_dtype dtype) {
@@ -180,6 +186,7 @@ const char* dtype_name(photon_dtype dtype) {
     case PHOTON_DTYPE_F32: return "f32";
     case PHOTON_DTYPE_F16: return "f16";
     case PHOTON_DTYPE_BF16: return "bf16";
+    case PHOTON_DTYPE_Q8: return "q8";
   }
   return "unknown";
 }
@@ -189,8 +196,9 @@ WriteOptionsPtr make_write_options(const Args& args, ProgressBar* progress) {
   check(photon_write_options_create(&raw), "cannot create write options");
   WriteOptionsPtr options(raw);
   if (std::optional<std::string> dtype = args.value("dtype")) {
-    check_setting(photon_write_options_set_dtype(options.get(), parse_dtype(*dtype, "--dtype")),
-                  "--dtype");
+    check_setting(
+        photon_write_options_set_dtype(options.get(), parse_weight_dtype(*dtype, "--dtype")),
+        "--dtype");
   }
   if (std::optional<std::string> seed = args.value("seed")) {
     check_setting(photon_write_options_set_seed(options.get(), parse_uint64(*seed, "--seed")),

@@ -66,8 +66,10 @@ std::string read_file(const std::string& path, const std::string& what);
 std::vector<int32_t> tokenize(const photon_model* model, const std::string& text, bool add_bos);
 std::string detokenize(const photon_model* model, const std::vector<int32_t>& tokens);
 
-// Storage dtypes by their command-line names.
-photon_dtype parse_dtype(const std::string& text, const std::string& what);
+// Storage dtypes by their command-line names: of KV caches (f32, f16, bf16) and of weights (those
+// and q8).
+photon_dtype parse_kv_type(const std::string& text, const std::string& what);
+photon_dtype parse_weight_dtype(const std::string& text, const std::string& what);
 // "auto" | "hiergen" | "recgen" (UsageError naming --mode otherwise), and back.
 photon_mode parse_mode(const std::string& text);
 const char* mode_name(photon_mode mode);

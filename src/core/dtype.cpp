@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace photon {
@@ -9,6 +10,7 @@ const char* dtype_name(DType t) {
     case DType::F32: return "f32";
     case DType::F16: return "f16";
     case DType::BF16: return "bf16";
+    case DType::Q8: return "q8";
   }
   return "?";
 }
@@ -20,6 +22,8 @@ bool dtype_from_name(const std::string& name, DType* out) {
     *out = DType::F16;
   else if (name == "bf16")
     *out = DType::BF16;
+  else if (name == "q8")
+    *out = DType::Q8;
   else
     return false;
   return true;
@@ -44,6 +48,31 @@ inline float widen_half(uint16_t h) {
   bits |= static_cast<uint32_t>(h & 0x8000u) << 16;
   std::memcpy(&value, &bits, 4);
   return value;
+}
+
+void widen_q8(const uint8_t* src, float* dst, size_t n) {
+  for (size_t b = 0; b < n / kQ8Block; ++b, src += kQ8BlockBytes, dst += kQ8Block) {
+    uint16_t scale;
+    std::memcpy(&scale, src, 2);
+    const float d = bf16_to_f32(scale);
+    const int8_t* q = reinterpret_cast<const int8_t*>(src + 2);
+    for (int i = 0; i < kQ8Block; ++i) dst[i] = d * static_cast<float>(q[i]);
+  }
+}
+
+void quantize_q8(const float* src, uint8_t* dst, size_t n) {
+  for (size_t b = 0; b < n / kQ8Block; ++b, src += kQ8Block, dst += kQ8BlockBytes) {
+    float largest = 0.0f;
+    for (int i = 0; i < kQ8Block; ++i) largest = std::fmax(largest, std::fabs(src[i]));
+    const uint16_t scale = f32_to_bf16(largest / 127.0f);
+    std::memcpy(dst, &scale, 2);
+    const float d = bf16_to_f32(scale);
+    int8_t* q = reinterpret_cast<int8_t*>(dst + 2);
+    for (int i = 0; i < kQ8Block; ++i)
+      q[i] = d == 0.0f
+                 ? 0
+                 : static_cast<int8_t>(std::clamp(std::nearbyint(src[i] / d), -127.0f, 127.0f));
+  }
 }
 
 }  // namespace
@@ -81,6 +110,7 @@ void convert_to_f32(DType t, const void* src, float* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
       return;
     }
+    case DType::Q8: widen_q8(static_cast<const uint8_t*>(src), dst, n); return;
   }
 }
 
@@ -97,6 +127,7 @@ void convert_from_f32(DType t, const float* src, void* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
       return;
     }
+    case DType::Q8: quantize_q8(src, static_cast<uint8_t*>(dst), n); return;
   }
 }
 

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "core/error.h"
@@ -43,7 +45,7 @@ std::string printable(const uint8_t* p, size_t n) {
 }
 
 bool known_dtype(fb::DType t) {
-  return t == fb::DType::F32 || t == fb::DType::F16 || t == fb::DType::BF16;
+  return t == fb::DType::F32 || t == fb::DType::F16 || t == fb::DType::BF16 || t == fb::DType::Q8;
 }
 
 // Checks one tensor entry against the data section; every product and sum is overflow-checked.
@@ -69,11 +71,19 @@ TensorEntry read_tensor(const fb::Tensor& t, uint64_t data_size, const FileError
     errors.fail_tensor(PHOTON_ERR_CORRUPT, e.name,
                        "has unknown dtype value " + std::to_string(static_cast<int>(t.dtype())));
   e.dtype = static_cast<DType>(t.dtype());
-  uint64_t bytes = dtype_size(e.dtype);
-  for (int64_t d : e.shape)
-    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes))
+  if (e.dtype == DType::Q8 && e.shape.back() % kQ8Block != 0)
+    errors.fail_tensor(PHOTON_ERR_TENSOR_SHAPE, e.name,
+                       "is q8 with rows of " + std::to_string(e.shape.back()) +
+                           " values; q8 rows hold whole blocks of " + std::to_string(kQ8Block));
+  // Bytes per element, or per block of q8 (one block of its innermost dimension).
+  uint64_t bytes = e.dtype == DType::Q8 ? kQ8BlockBytes : dtype_size(e.dtype);
+  for (size_t i = 0; i < e.shape.size(); ++i) {
+    const uint64_t d = static_cast<uint64_t>(e.shape[i]) /
+                       (e.dtype == DType::Q8 && i + 1 == e.shape.size() ? kQ8Block : 1);
+    if (__builtin_mul_overflow(bytes, d, &bytes))
       errors.fail_tensor(PHOTON_ERR_SIZE_OVERFLOW, e.name,
                          "of shape " + shape_to_string(e.shape) + " overflows 64-bit sizes");
+  }
   e.offset = t.offset();
   e.size = t.size();
   if (e.size != bytes)
@@ -254,16 +264,36 @@ std::unique_ptr<ModelFile> ModelFile::open(const std::string& path, const Progre
 
 namespace {
 
-// The first element of a stored tensor whose exponent bits are all ones (an infinity or a NaN),
-// or -1.
+// The first of `count` floats `stride` bytes apart whose exponent bits are all ones (an infinity
+// or a NaN), or -1.
 template <typename Bits>
-int64_t first_non_finite(const uint8_t* data, uint64_t count, Bits exponent) {
+int64_t first_non_finite(const uint8_t* data, uint64_t count, Bits exponent,
+                         uint64_t stride = sizeof(Bits)) {
   for (uint64_t i = 0; i < count; ++i) {
     Bits bits;
-    std::memcpy(&bits, data + i * sizeof(Bits), sizeof(Bits));
+    std::memcpy(&bits, data + i * stride, sizeof(Bits));
     if ((bits & exponent) == exponent) return static_cast<int64_t>(i);
   }
   return -1;
+}
+
+std::string non_finite_name(float value) {
+  return std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf";
+}
+
+// q8 tensors: their scales (the values, d * q, are then finite).
+void verify_q8_scales(const TensorEntry& t, const FileErrors& errors) {
+  const uint64_t blocks = t.size / kQ8BlockBytes;
+  const int64_t bad = first_non_finite<uint16_t>(t.data, blocks, 0x7f80, kQ8BlockBytes);
+  if (bad < 0) return;
+  float scale = 0.0f;
+  convert_to_f32(DType::BF16, t.data + static_cast<uint64_t>(bad) * kQ8BlockBytes, &scale, 1);
+  const uint64_t first = static_cast<uint64_t>(bad) * kQ8Block;
+  errors.fail_tensor(PHOTON_ERR_NOT_FINITE, t.name,
+                     "holds a q8 scale of " + non_finite_name(scale) + " in block " +
+                         std::to_string(bad) + " (elements " + std::to_string(first) + " to " +
+                         std::to_string(first + kQ8Block - 1) + ", from " +
+                         element_index(t.shape, first) + ")");
 }
 
 }  // namespace
@@ -271,6 +301,10 @@ int64_t first_non_finite(const uint8_t* data, uint64_t count, Bits exponent) {
 void ModelFile::verify_data() const {
   const FileErrors errors(path_);
   for (const TensorEntry& t : tensors_) {
+    if (t.dtype == DType::Q8) {
+      verify_q8_scales(t, errors);
+      continue;
+    }
     const uint64_t count = t.size / dtype_size(t.dtype);
     const int64_t bad = t.dtype == DType::F32
                             ? first_non_finite<uint32_t>(t.data, count, 0x7f800000u)
@@ -280,12 +314,9 @@ void ModelFile::verify_data() const {
       float value = 0.0f;
       convert_to_f32(t.dtype, t.data + static_cast<uint64_t>(bad) * dtype_size(t.dtype), &value, 1);
       errors.fail_tensor(PHOTON_ERR_NOT_FINITE, t.name,
-                         std::string("holds ") +
-                             (std::isnan(value) ? "nan"
-                              : value > 0       ? "inf"
-                                                : "-inf") +
-                             " at " + element_index(t.shape, static_cast<uint64_t>(bad)) +
-                             " (element " + std::to_string(bad) + ")");
+                         "holds " + non_finite_name(value) + " at " +
+                             element_index(t.shape, static_cast<uint64_t>(bad)) + " (element " +
+                             std::to_string(bad) + ")");
     }
   }
   const uint8_t* data = static_cast<const uint8_t*>(map_) + data_offset_;
@@ -294,6 +325,14 @@ void ModelFile::verify_data() const {
     errors.fail(PHOTON_ERR_CORRUPT, "the data section hashes to " + hex(hash) +
                                         " but the header records " + hex(data_hash_) +
                                         ": the weights changed after the file was written");
+}
+
+bool is_model_file(const std::string& path) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) return false;
+  std::ifstream in(path, std::ios::binary);
+  char head[12] = {};
+  return in.read(head, sizeof head) && std::memcmp(head + 8, kModelFileIdentifier, 4) == 0;
 }
 
 std::string element_index(const std::vector<int64_t>& shape, uint64_t flat) {

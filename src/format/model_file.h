@@ -80,6 +80,10 @@ class ModelFile {
   size_t map_size_ = 0;
 };
 
+// Whether `path` is a regular file that starts as a model file does (its identifier in place);
+// never throws.
+bool is_model_file(const std::string& path);
+
 // "[2, 5]": where element `flat` of a row-major tensor of `shape` lies (for messages).
 std::string element_index(const std::vector<int64_t>& shape, uint64_t flat);
 

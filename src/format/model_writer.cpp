@@ -29,8 +29,8 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
-// Values are narrowed to the storage dtype this many at a time, so only one f32 copy of the
-// largest tensor is ever held.
+// Values are narrowed to the storage dtype this many at a time (whole q8 blocks), so only one f32
+// copy of the largest tensor is ever held.
 constexpr size_t kConvertChunk = size_t{1} << 20;
 
 // "<path>.tmp", written sequentially (plus one rewrite of the header) and renamed over `path` by
@@ -214,6 +214,12 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
+DType stored_dtype(DType dtype, const std::vector<int64_t>& shape) {
+  if (dtype != DType::Q8) return dtype;
+  if (shape.size() < 2) return DType::F32;
+  return shape.back() % kQ8Block == 0 ? DType::Q8 : DType::F16;
+}
+
 std::string read_whole_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(PHOTON_ERR_IO, "cannot open " + path + ": " + std::strerror(errno));
@@ -248,11 +254,11 @@ void write_model_file(const std::string& path, const ModelConfig& config,
   for (const WriteTensor* t : ordered) {
     TensorEntry entry;
     entry.name = t->name;
-    entry.dtype = options.dtype;
+    entry.dtype = stored_dtype(options.dtype, t->shape);
     entry.shape = t->shape;
     entry.offset = align_up(header.data_size, kDataAlignment);
     const int64_t elements = TensorSpec{t->name, t->shape}.elements();
-    entry.size = static_cast<uint64_t>(elements) * dtype_size(options.dtype);
+    entry.size = dtype_bytes(entry.dtype, static_cast<uint64_t>(elements));
     header.data_size = entry.offset + entry.size;
     max_elements = std::max(max_elements, elements);
     header.tensors.push_back(std::move(entry));
@@ -265,7 +271,7 @@ void write_model_file(const std::string& path, const ModelConfig& config,
   report(0.0f);
 
   std::vector<float> values;
-  std::vector<uint16_t> staging;  // f16 or bf16 values
+  std::vector<uint16_t> staging;  // f16 or bf16 values, or q8 blocks (fewer bytes)
   try {
     values.resize(static_cast<size_t>(max_elements));
     if (options.dtype != DType::F32) staging.resize(kConvertChunk);
@@ -292,7 +298,7 @@ void write_model_file(const std::string& path, const ModelConfig& config,
     const TensorEntry& entry = header.tensors[i];
     const size_t padding = entry.offset - (file.position() - data_offset);
     append_data(zeros.data(), padding);
-    const size_t n = entry.size / dtype_size(entry.dtype);
+    const size_t n = static_cast<size_t>(TensorSpec{entry.name, entry.shape}.elements());
     ordered[i]->fill(values.data());
     for (size_t done = 0; done < n; done += kConvertChunk) {
       const size_t count = std::min(kConvertChunk, n - done);
@@ -301,8 +307,9 @@ void write_model_file(const std::string& path, const ModelConfig& config,
         append_data(values.data() + done, count * 4);
       } else {
         convert_from_f32(entry.dtype, values.data() + done, staging.data(), count);
-        check_fits(path, entry, values.data() + done, staging.data(), done, count);
-        append_data(staging.data(), count * dtype_size(entry.dtype));
+        if (entry.dtype != DType::Q8)  // a finite block's scale is finite
+          check_fits(path, entry, values.data() + done, staging.data(), done, count);
+        append_data(staging.data(), dtype_bytes(entry.dtype, count));
       }
     }
     report(static_cast<float>(static_cast<double>(entry.offset + entry.size) /
@@ -315,6 +322,34 @@ void write_model_file(const std::string& path, const ModelConfig& config,
     fail(PHOTON_ERR_INTERNAL, path + ": the header changed size when its hash was filled in");
   file.write_at(0, final_header.data(), final_header.size());
   file.commit();
+}
+
+void rewrite_model_file(const ModelFile& source, const std::string& tokenizer_model,
+                        const std::string& path, const WriteOptions& options) {
+  std::vector<WriteTensor> tensors;
+  for (const TensorEntry& t : source.tensors()) {
+    const TensorEntry* entry = &t;
+    tensors.push_back({t.name, t.shape, [entry](float* dst) {
+                         convert_to_f32(
+                             entry->dtype, entry->data, dst,
+                             static_cast<size_t>(TensorSpec{entry->name, entry->shape}.elements()));
+                       }});
+  }
+  WriteOptions rewritten = options;
+  rewritten.metadata.clear();
+  auto given = [&](const std::string& key) {
+    for (const auto& entry : options.metadata)
+      if (entry.first == key) return true;
+    return false;
+  };
+  for (const auto& [key, value] : source.metadata())
+    if (key != "producer" && key != "created" && key != "source" && !given(key))
+      rewritten.metadata.emplace_back(key, value);
+  if (!given("source"))
+    rewritten.metadata.emplace_back("source", std::filesystem::path(source.path()).filename());
+  rewritten.metadata.insert(rewritten.metadata.end(), options.metadata.begin(),
+                            options.metadata.end());
+  write_model_file(path, source.config(), tokenizer_model, tensors, rewritten);
 }
 
 void write_random_model(const std::string& path, const ModelConfig& config,

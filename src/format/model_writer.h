@@ -28,6 +28,11 @@ struct WriteOptions {
   ProgressFn progress;
 };
 
+// The storage of a tensor of `shape` in a file written with `dtype`: `dtype`, except that q8
+// files keep vectors (norms, biases, the start latent) in f32, and matrices whose rows are not
+// whole blocks of 32 in f16.
+DType stored_dtype(DType dtype, const std::vector<int64_t>& shape);
+
 // The bytes of a file; an allocation failure surfaces as such, never as a truncated file.
 std::string read_whole_file(const std::string& path);
 
@@ -36,6 +41,13 @@ std::string read_whole_file(const std::string& path);
 void write_model_file(const std::string& path, const ModelConfig& config,
                       const std::string& tokenizer_model, const std::vector<WriteTensor>& tensors,
                       const WriteOptions& options);
+
+// Writes the model of `source` again, each tensor widened to f32 and stored as options.dtype says
+// (to quantize a model, or to widen one), with `tokenizer_model` and the source's metadata
+// (options' entries replace them; "producer" and "created" are the new file's; "source" names
+// the source file unless the options set it).
+void rewrite_model_file(const ModelFile& source, const std::string& tokenizer_model,
+                        const std::string& path, const WriteOptions& options);
 
 // Seeded random weights (spec: normal(0, 0.02) matrices and embeddings, ones for norms, zeros for
 // biases), generated tensor by tensor so that multi-GiB files never sit in memory.

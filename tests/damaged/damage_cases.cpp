@@ -278,6 +278,17 @@ void add_content_cases(ModelCases& m) {
       "Tensor.dtype", "9", [](M& h) { h.tensors[0]->dtype = static_cast<fbo::DType>(9); },
       PHOTON_ERR_CORRUPT, "has unknown dtype value 9");
   m.edit(
+      "Tensor.dtype", "q8 for rows of 4 values", [](M& h) { h.tensors[0]->dtype = fbo::DType::Q8; },
+      PHOTON_ERR_TENSOR_SHAPE, "q8 rows hold whole blocks of 32");
+  m.edit(
+      "Tensor.dtype", "q8 with the size of f32 values",
+      [](M& h) {
+        // tok_emb_enc, 320 x 4 f32: 5,120 bytes; the same values as 40 x 32 q8 take 1,360.
+        h.tensors[0]->dtype = fbo::DType::Q8;
+        h.tensors[0]->shape = {40, 32};
+      },
+      PHOTON_ERR_TENSOR_SHAPE, "declares 5120 bytes but shape [40, 32] of q8 needs 1360");
+  m.edit(
       "Tensor.shape", "absent (rank 0)", [](M& h) { h.tensors[0]->shape.clear(); },
       PHOTON_ERR_TENSOR_SHAPE, "has rank 0");
   m.edit(

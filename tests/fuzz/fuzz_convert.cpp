@@ -4,7 +4,8 @@
 //      same parameter count.
 //   1: a weights.npz archive (zip of .npy arrays, stored or deflated, ZIP64).
 //   2: both, as [2-byte little-endian length of the JSON][JSON][npz], converted with
-//      photon_model_convert (tokenizer tests/data/tiny.model); a file it writes must load.
+//      photon_model_convert (tokenizer tests/data/tiny.model) in f32 and, where that succeeds, in
+//      q8; a file it writes must load.
 #include "core/config.h"
 #include "core/error.h"
 #include "format/npz.h"
@@ -45,26 +46,34 @@ void read_archive(const uint8_t* data, size_t size) {
   }
 }
 
-void convert(const uint8_t* data, size_t size) {
-  if (size < 2) return;
-  const size_t json_size = std::min<size_t>(size - 2, data[0] | data[1] << 8);
-  const photon::fuzz::MemFile json(data + 2, json_size),
-      npz(data + 2 + json_size, size - 2 - json_size);
+// Converts the inputs into `dtype`; whether it wrote a file, which must load.
+bool convert_to(const photon::fuzz::MemFile& json, const photon::fuzz::MemFile& npz,
+                photon_dtype dtype) {
   static photon::hardening::TempDir dir;
   static const std::string out = dir.file("converted.photon");
   static const std::string tokenizer = std::string(PHOTON_SOURCE_DIR) + "/tests/data/tiny.model";
   photon_write_options* options = nullptr;
   photon_write_options_create(&options);
   photon_write_options_set_tokenizer_file(options, tokenizer.c_str());
+  photon_write_options_set_dtype(options, dtype);
   const photon_status status = no_bug(
       photon_model_convert(json.path(), npz.path(), out.c_str(), options), "photon_model_convert");
   photon_write_options_free(options);
-  if (status != PHOTON_OK) return;
+  if (status != PHOTON_OK) return false;
   photon_model* model = nullptr;
   require(photon_model_load(out.c_str(), nullptr, &model) == PHOTON_OK,
           std::string("a converted model does not load: ") + photon_last_error());
   photon_model_free(model);
   std::remove(out.c_str());
+  return true;
+}
+
+void convert(const uint8_t* data, size_t size) {
+  if (size < 2) return;
+  const size_t json_size = std::min<size_t>(size - 2, data[0] | data[1] << 8);
+  const photon::fuzz::MemFile json(data + 2, json_size),
+      npz(data + 2 + json_size, size - 2 - json_size);
+  if (convert_to(json, npz, PHOTON_DTYPE_F32)) convert_to(json, npz, PHOTON_DTYPE_Q8);
 }
 
 }  // namespace

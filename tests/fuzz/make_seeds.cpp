@@ -70,6 +70,12 @@ void model_seeds(const fs::path& root, photon::hardening::TempDir& tmp) {
     if (v.dtype == photon::DType::F32)
       (v.levels == 0 ? vanilla_file : photon_file) = read_file(tmp.file(name));
   }
+  // q8 needs rows of whole blocks of 32: a vanilla model 32 wide.
+  photon::ModelConfig wide = tiny_config(0);
+  wide.dim = 32;
+  wide.stack = {1, 2, 1, 16, 32};
+  photon::hardening::write_tiny_model(tmp.file("valid-l0-q8"), wide, photon::DType::Q8);
+  seeds.add("valid-l0-q8", read_file(tmp.file("valid-l0-q8")));
   int i = 0;
   for (const auto& c : photon::hardening::damaged_model_files(photon_file, vanilla_file))
     seeds.add("damaged-" + std::to_string(i++), c.bytes);

@@ -40,6 +40,7 @@ Tolerance against_cpu(bool exact_f32, Op op, DType dtype) {
 BackendUnderTest cuda(bool exact_f32) {
   return {.label = exact_f32 ? "cuda_exact_f32" : "cuda",
           .make = [exact_f32] { return gpu_test::cuda_backend(exact_f32); },
+          .weight_types = {DType::F32, DType::BF16, DType::F16},
           .tolerance = [exact_f32](Op op, DType dtype,
                                    int64_t) { return against_cpu(exact_f32, op, dtype); }};
 }

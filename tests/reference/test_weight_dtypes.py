@@ -1,18 +1,21 @@
 #!/usr/bin/python3
-"""Models stored in f32, f16 and bf16 against the PyTorch float64 reference (python/photon_ref).
+"""Models stored in f32, f16, bf16 and q8 against the PyTorch float64 reference (python/photon_ref).
 
-For a vanilla and a two-level PHOTON model (fixed seeds): `photon convert --dtype D` of float32
-weights, then `photon score --json` of a short sequence (few rows: the skinny kernels) and of a
-long one (many rows: the GEMM path), and greedy `photon generate --json` (one row per step), each
-compared with photon_ref run on the same weights rounded to D (NumPy's float16, PyTorch's
-bfloat16: what photon convert stores, see test_convert_rounding.py) within 1e-4, token ids
-exactly. The engine computes 16-bit weights in place with f32 arithmetic, so only the arithmetic
-may differ. Then the scores of each 16-bit dtype against the reference on the unrounded f32
-weights, in units u of the weights' relative rounding (2^-12 f16, 2^-9 bf16): the median within
-64 u and the worst within 512 u (measured: medians 10 to 25 u; the worst 48 to 64 u for vanilla,
-up to 422 u for the PHOTON model, where the reference itself moves as much when its weights are
-rounded, and f16's subnormal small weights lose more than u), and f16's median closer than
-bf16's, as rounding predicts.
+For a vanilla and a two-level PHOTON model (fixed seeds), and for q8 a vanilla and a PHOTON model
+whose widths are mostly multiples of 32 (q8 rows are whole blocks of 32; other matrices are
+stored in f16, vectors in f32): `photon convert --dtype D` of float32 weights, then
+`photon score --json` of a short sequence (few rows: the skinny kernels) and of a long one (many
+rows: the GEMM path), and greedy `photon generate --json` (one row per step), each compared with
+photon_ref run on the same weights rounded to D (NumPy's float16, PyTorch's bfloat16: what photon
+convert stores, see test_convert_rounding.py; q8 blocks quantized here from their definition in
+docs/model-files.md) within 1e-4, token ids exactly. The engine computes stored weights in place
+with f32 arithmetic, so only the arithmetic may differ. Then the scores of each narrow dtype
+against the reference on the unrounded f32 weights, in units u of the weights' relative rounding
+(2^-12 f16, 2^-9 bf16; q8: 2^-8, its step being 1/127 of the block's largest value): the median
+within 64 u and the worst within 512 u (measured: medians 10 to 25 u; the worst 48 to 64 u for
+vanilla, up to 422 u for the PHOTON model, where the reference itself moves as much when its
+weights are rounded, and f16's subnormal small weights lose more than u), and f16's median closer
+than bf16's, as rounding predicts.
 
     /usr/bin/python3 tests/reference/test_weight_dtypes.py --photon build/bin/photon --work-dir /tmp/w
 """
@@ -33,17 +36,46 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 from photon_ref import load_model, score  # noqa: E402
 from photon_ref.random_weights import write_random_model  # noqa: E402
 
+SIXTEEN = ("f32", "f16", "bf16")
 # Widths that are not multiples of the kernels' vectors (8 or 16 lanes) or tiles, so that the
-# tails are computed too.
+# tails are computed too; for q8, widths of whole blocks.
 MODELS = {
-    "dtypes_vanilla": (9101, vanilla(72, 2, 4, 2, 18, 200, 512, 512, 1e-5, 10000.0)),
+    "dtypes_vanilla": (9101, vanilla(72, 2, 4, 2, 18, 200, 512, 512, 1e-5, 10000.0), SIXTEEN),
     "dtypes_photon_l2": (9102, photon_config([
         level(4, "concat", 32, 2, stack(1, 4, 2, 10, 104), stack(2, 6, 3, 6, 88)),
         level(2, "linear", 48, 1, stack(2, 2, 1, 24, 72), stack(1, 4, 4, 12, 56))],
-        embed_dim=8, token_dim=24, vocab=512, max_seq_len=512, theta=500.0)),
+        embed_dim=8, token_dim=24, vocab=512, max_seq_len=512, theta=500.0), SIXTEEN),
+    "dtypes_vanilla_q8": (9103, vanilla(64, 2, 4, 2, 16, 96, 512, 512, 1e-5, 10000.0),
+                          ("f32", "q8")),
+    "dtypes_photon_q8": (9104, photon_config([
+        level(4, "concat", 64, 2, stack(1, 4, 2, 16, 96), stack(2, 4, 4, 16, 64)),
+        level(2, "linear", 64, 1, stack(2, 2, 1, 32, 128), stack(1, 4, 4, 16, 96))],
+        embed_dim=16, token_dim=32, vocab=512, max_seq_len=512, theta=500.0), ("f32", "q8")),
 }
-UNIT = {"f16": 2.0**-12, "bf16": 2.0**-9}
-ROUND = {"f32": lambda w: w, "f16": lambda w: to_f16(w)[1], "bf16": lambda w: to_bf16(w)[1]}
+UNIT = {"f16": 2.0**-12, "bf16": 2.0**-9, "q8": 2.0**-8}
+
+
+def to_q8(w):
+    """q8 as docs/model-files.md defines it, per block of 32 values of a row: d = max |w| / 127
+    rounded to bf16, q = w / d rounded to nearest even and clamped to [-127, 127] (0 where d is 0),
+    in float32; the values d q."""
+    blocks = np.asarray(w, dtype=np.float32).reshape(-1, 32)
+    d = to_bf16(np.abs(blocks).max(axis=1) / np.float32(127))[1][:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(d == 0, np.float32(0), np.clip(np.rint(blocks / d), -127, 127))
+    return (q * d).astype(np.float32).reshape(np.shape(w))
+
+
+def stored_q8(w):
+    """What a q8 file holds for a tensor: vectors in f32, matrices of whole blocks in q8, other
+    matrices in f16."""
+    if np.ndim(w) < 2:
+        return w
+    return to_q8(w) if np.shape(w)[-1] % 32 == 0 else to_f16(w)[1]
+
+
+ROUND = {"f32": lambda w: w, "f16": lambda w: to_f16(w)[1], "bf16": lambda w: to_bf16(w)[1],
+         "q8": stored_q8}
 MEDIAN_UNITS, WORST_UNITS = 64, 512
 SHORT, LONG, GENERATE = 20, 150, 12
 
@@ -57,7 +89,7 @@ def differences(engine, reference):
     return [abs(e - r) for e, r in zip(engine[1:], reference[1:])]
 
 
-def check_model(photon, work_dir, name, seed, config_json):
+def check_model(photon, work_dir, name, seed, config_json, dtypes):
     directory = os.path.join(work_dir, name)
     config_path, weights_path = write_random_model(directory, config_json, seed)
     rng = np.random.default_rng(seed)
@@ -69,7 +101,7 @@ def check_model(photon, work_dir, name, seed, config_json):
     drift = {}
     with np.load(weights_path) as npz:
         f32_weights = {k: npz[k] for k in npz.files}
-    for dtype in ("f32", "f16", "bf16"):
+    for dtype in dtypes:
         model_path = os.path.join(directory, f"model-{dtype}.photon")
         run([photon, "convert", "--config", config_path, "--weights", weights_path, "--tokenizer",
              os.path.join(ROOT, "tests", "data", "tiny.model"), "--dtype", dtype, "-o",
@@ -94,10 +126,10 @@ def check_model(photon, work_dir, name, seed, config_json):
         if median[dtype] > MEDIAN_UNITS * u or max(d) > WORST_UNITS * u:
             raise Mismatch(f"{name} {dtype}: median {median[dtype]:.2e} / worst {max(d):.2e} from "
                            f"the f32 weights' scores, beyond {MEDIAN_UNITS} / {WORST_UNITS} u")
-    if not median["f16"] < median["bf16"]:
+    if "f16" in median and not median["f16"] < median["bf16"]:
         raise Mismatch(f"{name}: f16 ({median['f16']:.2e}) not closer than bf16 "
                        f"({median['bf16']:.2e}) to the f32 weights' scores")
-    print(f"{name}: f32, f16 and bf16 agree with the reference on their weights")
+    print(f"{name}: {', '.join(dtypes)} agree with the reference on their weights")
 
 
 def main():
@@ -107,9 +139,9 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     failures = 0
-    for name, (seed, config_json) in MODELS.items():
+    for name, (seed, config_json, dtypes) in MODELS.items():
         try:
-            check_model(args.photon, args.work_dir, name, seed, config_json)
+            check_model(args.photon, args.work_dir, name, seed, config_json, dtypes)
         except Mismatch as e:
             print(f"MISMATCH {e}", file=sys.stderr)
             failures += 1

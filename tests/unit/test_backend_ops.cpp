@@ -1,7 +1,8 @@
 // The per-op test (backend_ops.h): every call of the Backend interface, over its table of shapes,
-// weight types (f32, bf16, f16) and KV cache types (f32, bf16, f16), on each backend under test
-// against the oracle (the CPU backend with portable kernels), and the oracle against references
-// computed here in double precision (16-bit roundings included, independently of core/dtype); the
+// weight types (f32, bf16, f16, q8) and KV cache types (f32, bf16, f16), on each backend under
+// test against the oracle (the CPU backend with portable kernels), and the oracle against
+// references computed here in double precision (16-bit roundings and q8 blocks included,
+// independently of core/dtype); the
 // op contract (backend.h) refusing broken operands on every backend. Inputs are random but fixed
 // (seeded per table), so the oracle and the backend see the same values.
 #include <gtest/gtest.h>
@@ -102,19 +103,56 @@ float widened(DType type, uint16_t bits) {
   return static_cast<float>((bits & 0x8000) ? -magnitude : magnitude);
 }
 
+// q8 by its definition: per 32 values a bf16 scale d = max |w| / 127 (rounded), then 32 bytes
+// q = w / d rounded and clamped to [-127, 127], standing for d * q.
+std::vector<uint8_t> q8_blocks(const std::vector<float>& wanted) {
+  std::vector<uint8_t> blocks;
+  for (size_t b = 0; b < wanted.size(); b += 32) {
+    float largest = 0.0f;
+    for (size_t i = b; i < b + 32; ++i) largest = std::max(largest, std::fabs(wanted[i]));
+    const float d = bf16_value(largest / 127.0f);
+    const uint16_t scale = bits16(DType::BF16, d);
+    blocks.push_back(static_cast<uint8_t>(scale & 0xFF));
+    blocks.push_back(static_cast<uint8_t>(scale >> 8));
+    for (size_t i = b; i < b + 32; ++i) {
+      const double q = d == 0.0f ? 0.0 : std::clamp(std::nearbyint(wanted[i] / d), -127.0f, 127.0f);
+      blocks.push_back(static_cast<uint8_t>(static_cast<int8_t>(q)));
+    }
+  }
+  return blocks;
+}
+
+std::vector<float> q8_values(const uint8_t* blocks, size_t n) {
+  std::vector<float> values(n);
+  for (size_t b = 0; b < n / 32; ++b) {
+    const uint8_t* block = blocks + b * 34;
+    const float d = widened(DType::BF16, static_cast<uint16_t>(block[0] | (block[1] << 8)));
+    for (size_t i = 0; i < 32; ++i)
+      values[b * 32 + i] = d * static_cast<float>(static_cast<int8_t>(block[2 + i]));
+  }
+  return values;
+}
+
 // Values as a tensor of `dtype` holds them: the f32 values (rounded to the type) and the bytes.
 struct Stored {
   DType dtype;
   std::vector<float> values;
-  std::vector<uint16_t> bits;  // the 16-bit types' storage
+  std::vector<uint16_t> bits;   // the 16-bit types' storage
+  std::vector<uint8_t> blocks;  // q8's
 
   Stored(DType type, const std::vector<float>& wanted) : dtype(type), values(wanted.size()) {
+    if (type == DType::Q8) {
+      blocks = q8_blocks(wanted);
+      values = q8_values(blocks.data(), wanted.size());
+      return;
+    }
     for (size_t i = 0; i < wanted.size(); ++i) values[i] = rounded(type, wanted[i]);
     if (type == DType::F32) return;
     bits.resize(values.size());
     for (size_t i = 0; i < values.size(); ++i) bits[i] = bits16(type, values[i]);
   }
   const void* data() const {
+    if (dtype == DType::Q8) return blocks.data();
     return dtype == DType::F32 ? static_cast<const void*>(values.data()) : bits.data();
   }
   HostWeight weight(int64_t rows, int64_t cols) const { return {data(), dtype, rows, cols}; }
@@ -150,11 +188,15 @@ Matrix poisoned(Backend& b, int64_t rows, int64_t cols, DType dtype = DType::F32
   return m;
 }
 
-// A tensor's values as f32 (16-bit types widened).
+// A tensor's values as f32 (16-bit types widened, q8 dequantized).
 std::vector<float> get(Backend& b, const Tensor& t) {
   const size_t n = static_cast<size_t>(t.rows * t.cols);
   std::vector<float> values(n);
-  if (t.dtype == DType::F32) {
+  if (t.dtype == DType::Q8) {
+    std::vector<uint8_t> blocks(t.bytes());
+    b.download(blocks.data(), t);
+    values = q8_values(blocks.data(), n);
+  } else if (t.dtype == DType::F32) {
     b.download(values.data(), t);
   } else {
     std::vector<uint16_t> bits(n);
@@ -246,6 +288,7 @@ void BackendOps::verify(const std::string& what, Op op, DType dtype, int64_t row
 
 namespace {
 
+// The element types: of the tensors Transfer and CopyRows move, and of KV caches.
 constexpr DType kTypes[] = {DType::F32, DType::BF16, DType::F16};
 const Tolerance kBits{Kind::Bits};
 
@@ -285,11 +328,12 @@ TEST_P(BackendOps, Transfer) {
 
 TEST_P(BackendOps, Weight) {
   std::mt19937 rng(2);
-  for (DType dtype : kTypes) {
+  for (DType dtype : GetParam().weight_types) {
+    const int64_t cols = dtype == DType::Q8 ? 64 : 40;
     for (const int64_t rows : {30, 1}) {  // a matrix, a vector (norms, biases)
-      const Stored source(dtype, random(rng, size_t(rows) * 40, -2.0f, 2.0f));
+      const Stored source(dtype, random(rng, size_t(rows * cols), -2.0f, 2.0f));
       auto run = [&](Backend& b) {
-        const Tensor t = b.weight(source.weight(rows, 40), "test weight");
+        const Tensor t = b.weight(source.weight(rows, cols), "test weight");
         if (rows == 1) {
           EXPECT_EQ(t.dtype, DType::F32) << "vectors are f32";
         }
@@ -338,8 +382,9 @@ TEST_P(BackendOps, CopyRows) {
 
 TEST_P(BackendOps, Embed) {
   std::mt19937 rng(4);
-  const int vocab = 50, dim = 24;
-  for (DType dtype : kTypes) {
+  const int vocab = 50;
+  for (DType dtype : GetParam().weight_types) {
+    const int dim = dtype == DType::Q8 ? 64 : 24;
     const Stored table(dtype, random(rng, vocab * dim, -2.0f, 2.0f));
     for (const size_t n : {size_t{22}, size_t{0}}) {
       std::vector<int32_t> ids(n);
@@ -396,16 +441,18 @@ struct LinearCase {
 TEST_P(BackendOps, Linear) {
   // Decoding rows, the tiles' tails, a 300-row prompt (the CPU's blocked loops; two GEMMs on a
   // GPU), a wide LM-head-like product, and rows at unaligned offsets.
+  // q8 runs the cases whose rows are whole blocks of 32.
   const LinearCase cases[] = {{1, 64, 48, 0},  {3, 130, 66, 0},  {17, 256, 100, 0},
                               {33, 96, 80, 0}, {300, 64, 40, 0}, {2, 256, 4000, 0},
-                              {5, 52, 96, 1},  {40, 26, 33, 3}};
+                              {5, 52, 96, 1},  {40, 26, 33, 3},  {7, 96, 50, 2}};
   std::mt19937 rng(6);
   for (const LinearCase& c : cases) {
     const std::vector<float> x = random(rng, size_t(c.n + c.offset) * c.in, -2.0f, 2.0f);
     const std::vector<float> w = random(rng, size_t(c.out + c.offset) * c.in, -0.3f, 0.3f);
     const std::vector<float> bias = random(rng, c.out);
     const std::vector<float> y0 = random(rng, size_t(c.n + c.offset) * c.out);
-    for (DType dtype : kTypes) {
+    for (DType dtype : GetParam().weight_types) {
+      if (dtype == DType::Q8 && c.in % 32 != 0) continue;
       const Stored weights(dtype, w);
       for (const bool extras : {false, true}) {  // bias and accumulation, or neither
         auto run = [&](Backend& b) {
@@ -448,8 +495,10 @@ TEST_P(BackendOps, Linear) {
 
 TEST_P(BackendOps, LinearGroup) {
   // Q, K, V-like products of one input: one and a few rows, the CPU's blocked loops, two GEMMs on
-  // a GPU; one type for all, or one of each in a group (f32 first: a GPU converts it to bf16).
+  // a GPU; one type for all, or three types in a group (f32 first: a GPU converts it to bf16).
   const int in = 64, outs[] = {48, 16, 80};
+  const std::vector<DType>& types = GetParam().weight_types;
+  const DType mixed[] = {DType::F32, types.back(), DType::BF16};
   std::mt19937 rng(7);
   for (int n : {1, 5, 40, 300}) {
     const std::vector<float> x = random(rng, size_t(n) * in, -2.0f, 2.0f);
@@ -458,9 +507,10 @@ TEST_P(BackendOps, LinearGroup) {
       w.push_back(random(rng, size_t(out) * in, -0.3f, 0.3f));
       y0.push_back(random(rng, size_t(n) * out));
     }
-    for (int types = 0; types < 4; ++types) {  // f32, bf16, f16, mixed
+    for (size_t t = 0; t <= types.size(); ++t) {  // each type, then mixed
+      const bool one = t < types.size();
       std::vector<Stored> weights;
-      for (size_t p = 0; p < 3; ++p) weights.emplace_back(kTypes[types < 3 ? types : p], w[p]);
+      for (size_t p = 0; p < 3; ++p) weights.emplace_back(one ? types[t] : mixed[p], w[p]);
       auto run = [&](Backend& b) {
         const Matrix xm = put(b, x, n, in);
         std::vector<Matrix> ys;
@@ -489,10 +539,8 @@ TEST_P(BackendOps, LinearGroup) {
             want.push_back(sum);
             bounds.push_back(rounding_bound(magnitude, in));
           }
-      verify(
-          (types < 3 ? type_name(kTypes[types]) : std::string("mixed")) + " n " + std::to_string(n),
-          Op::LinearGroup, types < 3 ? kTypes[types] : DType::F32, n, run, want, {Kind::Rounding},
-          bounds);
+      verify((one ? type_name(types[t]) : std::string("mixed")) + " n " + std::to_string(n),
+             Op::LinearGroup, one ? types[t] : DType::F32, n, run, want, {Kind::Rounding}, bounds);
     }
   }
 }

@@ -27,7 +27,7 @@ struct Shape {
 // Weights stored in `dtype` and the f32 values they stand for.
 struct Weights {
   DType dtype;
-  std::vector<uint16_t> narrow;  // bf16 / f16 storage
+  std::vector<uint16_t> narrow;  // bf16 / f16 storage, or q8 blocks (fewer bytes)
   std::vector<float> wide;       // the exact values
 
   Weights(DType d, const std::vector<float>& values) : dtype(d), wide(values) {
@@ -92,16 +92,39 @@ const Shape kSkinnyShapes[] = {{1, 64, 1},    {1, 1664, 35}, {2, 52, 7},
                                {70, 416, 50}, {129, 52, 33}, {53, 2100, 70}};
 // Many rows: every kernel set's blocked loops, with and without rows past the last whole tile.
 const Shape kManyRowShapes[] = {{257, 64, 40}, {300, 416, 200}, {513, 52, 33}, {4100, 24, 9}};
-const DType kDTypes[] = {DType::F32, DType::BF16, DType::F16};
+const DType kDTypes[] = {DType::F32, DType::BF16, DType::F16, DType::Q8};
 
 SkinnyKernel kernel_of(const SkinnyKernels& k, DType dtype) {
-  return dtype == DType::F32 ? k.f32 : dtype == DType::BF16 ? k.bf16 : k.f16;
+  switch (dtype) {
+    case DType::F32: return k.f32;
+    case DType::BF16: return k.bf16;
+    case DType::F16: return k.f16;
+    case DType::Q8: return k.q8;
+  }
+  return nullptr;
+}
+
+// The columns a test of `in` columns uses with weights of `dtype`: q8 rows are whole blocks of
+// 32, so its widths are rounded up to one.
+int columns(DType dtype, int in) {
+  return dtype == DType::Q8 ? (in + kQ8Block - 1) / kQ8Block * kQ8Block : in;
+}
+std::vector<int> columns(DType dtype, std::initializer_list<int> widths) {
+  std::vector<int> out;
+  for (int in : widths) out.push_back(columns(dtype, in));
+  return out;
+}
+template <class Shapes>
+std::vector<Shape> columns(DType dtype, const Shapes& shapes) {
+  std::vector<Shape> out;
+  for (const Shape& s : shapes) out.push_back({s.n, columns(dtype, s.in), s.out});
+  return out;
 }
 
 // One kernel flavour against the double-precision product.
 void check_skinny(const SkinnyKernels& kernels, const char* name) {
   for (DType dtype : kDTypes) {
-    for (const Shape& s : kSkinnyShapes) {
+    for (const Shape& s : columns(dtype, kSkinnyShapes)) {
       const std::string what = std::string(name) + " " + dtype_name(dtype) + " n " +
                                std::to_string(s.n) + " in " + std::to_string(s.in) + " out " +
                                std::to_string(s.out);
@@ -143,7 +166,7 @@ TEST(CpuLinear, Avx512SkinnyKernelsMatchDoubleProduct) {
 TEST(CpuLinear, Avx512GivesTheBitsOfAvx2) {
   if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F";
   for (DType dtype : kDTypes) {
-    for (int in : {16, 77, 300, 2100}) {
+    for (int in : columns(dtype, {16, 77, 300, 2100})) {
       std::vector<int> rows;
       for (int n = 1; n <= 40; ++n) rows.push_back(n);
       for (int n : {47, 48, 53, 63, 64, 65, 127, 200, 256, 600}) rows.push_back(n);
@@ -197,13 +220,14 @@ class CpuLinearKernelSet : public testing::TestWithParam<const char*> {
 // 1,100 columns (a block of 1,024 and a tail past the last 16) and 71 outputs (a block of 64, then
 // groups and one output alone).
 TEST_P(CpuLinearKernelSet, EachRowGivesTheBitsOfTheRowAlone) {
-  const int in = 1100, out = 71;
+  const int out = 71;
   std::vector<int> counts;
   for (int n = 1; n <= 70; ++n) counts.push_back(n);
   for (int n : {100, 257, 600, 4100}) counts.push_back(n);
   const int most = counts.back();
-  const std::vector<float> x = random_values(size_t(most) * in, 21);
   for (DType dtype : kDTypes) {
+    const int in = columns(dtype, 1100);
+    const std::vector<float> x = random_values(size_t(most) * in, 21);
     const Weights w(dtype, random_values(size_t(out) * in, 22, 0.1f));
     const SkinnyKernel kernel = kernel_of(*kernels_, dtype);
     std::vector<float> alone(size_t(most) * out);
@@ -232,13 +256,13 @@ INSTANTIATE_TEST_SUITE_P(Sets, CpuLinearKernelSet, testing::Values("portable", "
 // caps it): its work items, the outputs' split over the threads and the choice of loops by row
 // count must not change a row's bits either.
 TEST(CpuLinear, LinearGivesEachRowTheBitsOfTheRowAlone) {
-  const Shape s{4100, 1100, 71};
   std::vector<int> counts;
   for (int n = 1; n <= 70; ++n) counts.push_back(n);
-  for (int n : {100, 257, 600, s.n}) counts.push_back(n);
-  const std::vector<float> x = random_values(size_t(s.n) * s.in, 25);
-  const std::vector<float> bias = random_values(s.out, 26);
+  for (int n : {100, 257, 600, 4100}) counts.push_back(n);
+  const std::vector<float> bias = random_values(71, 26);
   for (DType dtype : kDTypes) {
+    const Shape s{4100, columns(dtype, 1100), 71};
+    const std::vector<float> x = random_values(size_t(s.n) * s.in, 25);
     const Weights w(dtype, random_values(size_t(s.out) * s.in, 27, 0.1f));
     std::vector<float> alone(size_t(s.n) * s.out);
     for (int r = 0; r < s.n; ++r)
@@ -265,7 +289,7 @@ TEST(CpuLinear, LinearGivesEachRowTheBitsOfTheRowAlone) {
 TEST(CpuLinear, Avx2AndPortableAgreeWithinF32Rounding) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "this CPU has no AVX2 + FMA + F16C";
   for (DType dtype : kDTypes) {
-    for (int in : {16, 77, 300, 1100}) {
+    for (int in : columns(dtype, {16, 77, 300, 1100})) {
       for (int n : {1, 2, 4, 7, 47, 48, 53, 257}) {
         const int out = 21;
         const Weights w(dtype, random_values(size_t(out) * in, 23 + in, 0.1f));
@@ -297,7 +321,7 @@ TEST(CpuLinear, AllPathsMatchDoubleProductWithBiasAndThreads) {
   std::vector<Shape> shapes(std::begin(kSkinnyShapes), std::end(kSkinnyShapes));
   shapes.insert(shapes.end(), std::begin(kManyRowShapes), std::end(kManyRowShapes));
   for (DType dtype : kDTypes) {
-    for (const Shape& s : shapes) {
+    for (const Shape& s : columns(dtype, shapes)) {
       const Weights w(dtype, random_values(size_t(s.out) * s.in, 5 + s.in, 0.1f));
       const std::vector<float> x = random_values(size_t(s.n) * s.in, 6 + s.out);
       const std::vector<float> bias = random_values(s.out, 7);
@@ -318,13 +342,13 @@ TEST(CpuLinear, AllPathsMatchDoubleProductWithBiasAndThreads) {
   }
 }
 
-TEST(CpuLinear, SixteenBitWeightsGiveTheBitsOfTheirF32Values) {
-  // Widening is exact, so a bf16 / f16 matrix and the f32 matrix of its values are the same
-  // operands: every path must give the same bits for both.
+TEST(CpuLinear, StoredWeightsGiveTheBitsOfTheirF32Values) {
+  // Widening is exact (q8's d * q too), so a bf16, f16 or q8 matrix and the f32 matrix of its
+  // values are the same operands: every path must give the same bits for both.
   std::vector<Shape> shapes(std::begin(kSkinnyShapes), std::end(kSkinnyShapes));
   shapes.insert(shapes.end(), std::begin(kManyRowShapes), std::end(kManyRowShapes));
-  for (DType dtype : {DType::BF16, DType::F16}) {
-    for (const Shape& s : shapes) {
+  for (DType dtype : {DType::BF16, DType::F16, DType::Q8}) {
+    for (const Shape& s : columns(dtype, shapes)) {
       const Weights narrow(dtype, random_values(size_t(s.out) * s.in, 9, 0.1f));
       const Weights wide(DType::F32, narrow.wide);
       const std::vector<float> x = random_values(size_t(s.n) * s.in, 10);
@@ -339,8 +363,8 @@ TEST(CpuLinear, SixteenBitWeightsGiveTheBitsOfTheirF32Values) {
 TEST(CpuLinear, GroupGivesTheBitsOfEachProductAlone) {
   // Q, K, V-like products of one input (outputs of different counts, one accumulating), at 1 and
   // 20 rows and, in the blocked loops, 300.
-  const int in = 200;
   for (DType dtype : kDTypes) {
+    const int in = columns(dtype, 200);
     for (int n : {1, 20, 300}) {
       const std::vector<float> x = random_values(size_t(n) * in, 13);
       std::vector<Weights> weights;
@@ -370,8 +394,8 @@ TEST(CpuLinear, GroupGivesTheBitsOfEachProductAlone) {
 }
 
 TEST(CpuLinear, SkinnyRowsDoNotDependOnTheirNeighboursOrOutputRange) {
-  const Shape s{600, 1100, 70};
   for (DType dtype : kDTypes) {
+    const Shape s{600, columns(dtype, 1100), 70};
     const Weights w(dtype, random_values(size_t(s.out) * s.in, 11, 0.1f));
     const std::vector<float> x = random_values(size_t(s.n) * s.in, 12);
     std::vector<float> all(size_t(s.n) * s.out);

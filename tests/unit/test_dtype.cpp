@@ -4,10 +4,12 @@
 // written by tests/reference/rounding.py; the ctest reference_rounding_table keeps it up to date.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -195,6 +197,49 @@ TEST(DTypeRounding, ArrayConversionsMatchTheTable) {
     }
     EXPECT_EQ(mismatches, 0);
   }
+}
+
+// q8 by its definition (core/dtype.h), per block of 32: the bf16 scale d of max |w| / 127 (its
+// rounding is checked against PyTorch above), q = w / d rounded to nearest even and clamped, and
+// the values d q.
+TEST(DTypeQ8, BlocksHoldTheirScaleAndRoundedValues) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> w(32 * 6, 0.0f);  // block 1 stays all zero
+  for (int i = 0; i < 32; ++i) {
+    w[i] = u(rng);                     // block 0: values below one
+    w[64 + i] = 1e-39f * u(rng);       // block 2: subnormals
+    w[96 + i] = 3e37f * u(rng);        // block 3: near the top of f32's range
+    w[160 + i] = (i % 16 - 8) + 0.5f;  // block 5: ties, with d = 1 (below)
+  }
+  w[128] = -2.5f;  // block 4: one value, the rest zero
+  w[191] = 127.0f;
+  std::vector<uint8_t> blocks(6 * 34);
+  convert_from_f32(DType::Q8, w.data(), blocks.data(), w.size());
+  std::vector<float> values(w.size());
+  convert_to_f32(DType::Q8, blocks.data(), values.data(), values.size());
+  for (int b = 0; b < 6; ++b) {
+    float largest = 0.0f;
+    for (int i = 0; i < 32; ++i) largest = std::max(largest, std::fabs(w[32 * b + i]));
+    uint16_t scale = 0;
+    std::memcpy(&scale, &blocks[34 * b], 2);
+    ASSERT_EQ(scale, f32_to_bf16(largest / 127.0f)) << "block " << b;
+    const float d = bf16_to_f32(scale);
+    for (int i = 0; i < 32; ++i) {
+      const float q =
+          d == 0.0f ? 0.0f : std::clamp(std::nearbyint(w[32 * b + i] / d), -127.0f, 127.0f);
+      const int8_t stored = static_cast<int8_t>(blocks[34 * b + 2 + i]);
+      ASSERT_EQ(stored, static_cast<int8_t>(q)) << "block " << b << " value " << i;
+      ASSERT_EQ(values[32 * b + i], d * q) << "block " << b << " value " << i;
+      if (d > 0.0f) {
+        ASSERT_LE(std::fabs(values[32 * b + i] - w[32 * b + i]), 0.51f * d);
+      }
+    }
+  }
+  // The ties of block 5 (d = 127 / 127 = 1) go to the even neighbour.
+  const int8_t ties[] = {-8, -6, -6, -4, -4, -2, -2, 0, 0, 2, 2, 4, 4, 6, 6, 8};
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(static_cast<int8_t>(blocks[34 * 5 + 2 + i]), ties[i]);
+  EXPECT_EQ(static_cast<int8_t>(blocks[34 * 4 + 2]), -127);
 }
 
 }  // namespace

@@ -69,8 +69,8 @@ inline ModelConfig tiny_vanilla() {
 }
 
 // Writes `config` with deterministic, trained-like random weights to `path`, stored as `dtype`.
-// values_through: the weights are first rounded through this type (so that an f32 file can hold
-// exactly the values of a bf16 or f16 one).
+// values_through: the weights are first rounded through the storage a file of this type gives them
+// (so that an f32 file can hold exactly the values of a bf16, f16 or q8 one).
 inline void write_test_model(const ModelConfig& config, const std::string& path, uint64_t seed,
                              DType dtype = DType::F32, DType values_through = DType::F32) {
   std::vector<WriteTensor> tensors;
@@ -102,10 +102,11 @@ inline void write_test_model(const ModelConfig& config, const std::string& path,
                       : bias ? 0.1f * u
                              : scale * u * (name == "lm_head" ? 4.0f : 1.0f);
            }
-           if (values_through != DType::F32) {
-             std::vector<uint16_t> narrow(static_cast<size_t>(n));
-             convert_from_f32(values_through, dst, narrow.data(), narrow.size());
-             convert_to_f32(values_through, narrow.data(), dst, narrow.size());
+           const DType through = stored_dtype(values_through, shape);
+           if (through != DType::F32) {
+             std::vector<uint16_t> narrow(static_cast<size_t>(n));  // q8 takes fewer bytes
+             convert_from_f32(through, dst, narrow.data(), narrow.size());
+             convert_to_f32(through, narrow.data(), dst, narrow.size());
            }
          }});
   }

@@ -19,28 +19,28 @@ namespace {
 
 using photon::ModelConfig;
 
-// Overwrites element `element` of tensor `name` of the model file at `path` with `value`, in the
-// tensor's stored type.
-void patch(const std::string& path, const std::string& name, uint64_t element, float value) {
+// Where tensor `name` of the model file at `path` starts, and its type.
+void find_tensor(const std::string& path, const std::string& name, uint64_t* offset,
+                 photon_dtype* dtype) {
   photon_model* model = nullptr;
   ASSERT_EQ(photon_model_load(path.c_str(), nullptr, &model), PHOTON_OK) << photon_last_error();
-  uint64_t offset = 0;
-  photon_dtype dtype = PHOTON_DTYPE_F32;
   bool found = false;
-  for (size_t i = 0; i < photon_model_tensor_count(model); ++i) {
+  for (size_t i = 0; i < photon_model_tensor_count(model) && !found; ++i) {
     const char* tensor = nullptr;
-    uint64_t start = 0;
-    ASSERT_EQ(
-        photon_model_tensor_info(model, i, &tensor, &dtype, nullptr, nullptr, &start, nullptr),
-        PHOTON_OK);
-    if (name == tensor) {
-      offset = start;
-      found = true;
-      break;
-    }
+    ASSERT_EQ(photon_model_tensor_info(model, i, &tensor, dtype, nullptr, nullptr, offset, nullptr),
+              PHOTON_OK);
+    found = name == tensor;
   }
   photon_model_free(model);
   ASSERT_TRUE(found) << name;
+}
+
+// Overwrites element `element` of tensor `name` of the model file at `path` with `value`, in the
+// tensor's stored type (f32, f16 or bf16).
+void patch(const std::string& path, const std::string& name, uint64_t element, float value) {
+  uint64_t offset = 0;
+  photon_dtype dtype = PHOTON_DTYPE_F32;
+  find_tensor(path, name, &offset, &dtype);
   std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
   if (dtype == PHOTON_DTYPE_F32) {
     file.seekp(static_cast<std::streamoff>(offset + 4 * element));
@@ -104,6 +104,44 @@ TEST_P(NonFinite, VerifyNamesTheTensorAndTheElement) {
                 std::string::npos)
           << message;
     }
+  }
+}
+
+// The scale of a q8 block that no writer makes (its largest value / 127 is finite): the check
+// names the tensor, the block and where it starts; without it, scoring reports the non-finite
+// logits.
+TEST_P(NonFinite, VerifyNamesAQ8BlockWithANonFiniteScale) {
+  // A matrix of 32 columns, stored in q8: vanilla's width; a PHOTON model's level-1 width.
+  const std::string tensor =
+      config_.arch == photon::Arch::Vanilla ? "lm_head" : "enc.1.layers.0.attn.wq";
+  const std::pair<uint16_t, const char*> scales[] = {
+      {0x7f80, "inf"}, {0xff80, "-inf"}, {0x7fc0, "nan"}};
+  for (const auto& [bits, name] : scales) {
+    write(photon::DType::Q8);
+    uint64_t offset = 0;
+    photon_dtype dtype = PHOTON_DTYPE_F32;
+    find_tensor(path_, tensor, &offset, &dtype);
+    ASSERT_EQ(dtype, PHOTON_DTYPE_Q8);
+    {
+      std::fstream file(path_, std::ios::in | std::ios::out | std::ios::binary);
+      file.seekp(static_cast<std::streamoff>(offset + 5 * 34));  // block 5's scale
+      file.write(reinterpret_cast<const char*>(&bits), 2);
+      ASSERT_TRUE(file.good());
+    }
+    photon_model* model = nullptr;
+    EXPECT_EQ(load(path_, true, &model), PHOTON_ERR_NOT_FINITE);
+    const std::string message = photon_last_error();
+    EXPECT_NE(message.find(path_ + ": tensor '" + tensor + "' holds a q8 scale of " + name +
+                           " in block 5 (elements 160 to 191, from [5, 0])"),
+              std::string::npos)
+        << message;
+    ASSERT_EQ(load(path_, false, &model), PHOTON_OK) << photon_last_error();
+    const std::vector<int32_t> tokens{1, 17, 42, 99, 7, 300, 12, 5, 8};
+    std::vector<float> logprobs(tokens.size());
+    EXPECT_EQ(photon_model_score(model, tokens.data(), tokens.size(), logprobs.data()),
+              PHOTON_ERR_NOT_FINITE)
+        << name;
+    photon_model_free(model);
   }
 }
 

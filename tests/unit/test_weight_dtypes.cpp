@@ -1,6 +1,7 @@
-// bf16 and f16 models are computed in place, in their stored type: against the f32 engine on the
-// same model (log-probabilities within the weights' rounding), against an f32 file holding exactly
-// the 16-bit values (the same bits: widening is exact), and in memory (no f32 copy of the weights).
+// bf16, f16 and q8 models are computed in place, in their stored type: against the f32 engine on
+// the same model (log-probabilities within the weights' rounding), against an f32 file holding
+// exactly the stored values (the same bits: widening is exact, q8's d * q too), and in memory (no
+// f32 copy of the weights).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -73,9 +74,9 @@ class WeightDTypes : public ::testing::TestWithParam<int> {
   }
 };
 
-TEST_P(WeightDTypes, SixteenBitFilesGiveTheBitsOfTheirValuesInF32) {
-  for (DType dtype : {DType::BF16, DType::F16}) {
-    const std::string narrow = file(photon::dtype_name(dtype)), wide = file("f32-of-16");
+TEST_P(WeightDTypes, NarrowFilesGiveTheBitsOfTheirValuesInF32) {
+  for (DType dtype : {DType::BF16, DType::F16, DType::Q8}) {
+    const std::string narrow = file(photon::dtype_name(dtype)), wide = file("f32-of-narrow");
     photon::testing::write_test_model(config(), narrow, 11, dtype);
     photon::testing::write_test_model(config(), wide, 11, DType::F32, dtype);
     const Outputs a = run(narrow), b = run(wide);
@@ -87,17 +88,19 @@ TEST_P(WeightDTypes, SixteenBitFilesGiveTheBitsOfTheirValuesInF32) {
   }
 }
 
-TEST_P(WeightDTypes, SixteenBitFilesMatchTheF32EngineWithinTheirRounding) {
+TEST_P(WeightDTypes, NarrowFilesMatchTheF32EngineWithinTheirRounding) {
   const std::string f32 = file("f32");
   photon::testing::write_test_model(config(), f32, 12);
   const Outputs reference = run(f32);
-  // Rounding the weights to 16 bits (relative error u: 2^-9 for bf16, 2^-12 for f16) moves these
-  // models' log-probabilities (logits of std ~6) by up to about 60 u; allowed: 128 u. The finer
-  // f16 must also stay closer than bf16, as rounding (and not a fault) predicts.
-  double worst_of[2] = {0, 0};
-  for (int i = 0; i < 2; ++i) {
-    const DType dtype = i == 0 ? DType::BF16 : DType::F16;
-    const double u = i == 0 ? std::ldexp(1.0, -9) : std::ldexp(1.0, -12);
+  // Rounding the weights (relative error u: 2^-9 for bf16, 2^-12 for f16; q8's step is 1/127 of
+  // its block's largest value, u = 2^-8) moves these models' log-probabilities (logits of std ~6)
+  // by up to about 60 u; allowed: 128 u. The finer f16 must also stay closer than bf16, as
+  // rounding (and not a fault) predicts.
+  const DType types[] = {DType::BF16, DType::F16, DType::Q8};
+  double worst_of[3] = {0, 0, 0};
+  for (int i = 0; i < 3; ++i) {
+    const DType dtype = types[i];
+    const double u = std::ldexp(1.0, dtype == DType::BF16 ? -9 : dtype == DType::F16 ? -12 : -8);
     const std::string path = file(photon::dtype_name(dtype));
     photon::testing::write_test_model(config(), path, 12, dtype);
     const Outputs got = run(path);
@@ -105,10 +108,55 @@ TEST_P(WeightDTypes, SixteenBitFilesMatchTheF32EngineWithinTheirRounding) {
     for (size_t k = 0; k < got.scores.size(); ++k)
       worst_of[i] = std::max(worst_of[i], std::fabs(double(got.scores[k]) - reference.scores[k]));
     EXPECT_LE(worst_of[i], 128 * u) << photon::dtype_name(dtype);
+    std::printf("%s: worst |logprob - f32's| %.3g = %.1f u\n", photon::dtype_name(dtype),
+                worst_of[i], worst_of[i] / u);
     std::remove(path.c_str());
   }
   EXPECT_LT(worst_of[1], worst_of[0]);
   std::remove(f32.c_str());
+}
+
+// photon convert --from M.photon: a model file stored again in q8 holds what a file written in q8
+// from the same weights holds (the same bits through the engine), and names its source.
+TEST_P(WeightDTypes, AModelFileConvertedToQ8HoldsWhatQ8Stores) {
+  const std::string source = file("source"), q8 = file("q8-of-source"), wide = file("f32-of-q8");
+  photon::testing::write_test_model(config(), source, 14);
+  photon::testing::write_test_model(config(), wide, 14, DType::F32, DType::Q8);
+  photon_write_options* options = nullptr;
+  ASSERT_EQ(photon_write_options_create(&options), PHOTON_OK);
+  ASSERT_EQ(photon_write_options_set_dtype(options, PHOTON_DTYPE_Q8), PHOTON_OK);
+  ASSERT_EQ(photon_model_convert_from(source.c_str(), nullptr, q8.c_str(), options), PHOTON_OK)
+      << photon_last_error();
+  EXPECT_EQ(photon_model_convert_from(source.c_str(), "config.json", q8.c_str(), options),
+            PHOTON_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(photon_last_error()).find("is a model file"), std::string::npos)
+      << photon_last_error();
+  photon_write_options_free(options);
+
+  const Outputs a = run(q8), b = run(wide);
+  EXPECT_EQ(a.scores, b.scores);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.logprobs, b.logprobs);
+  photon_model* model = nullptr;
+  ASSERT_EQ(photon_model_load(q8.c_str(), nullptr, &model), PHOTON_OK) << photon_last_error();
+  size_t q8_tensors = 0;
+  for (size_t i = 0; i < photon_model_tensor_count(model); ++i) {
+    photon_dtype dtype = PHOTON_DTYPE_F32;
+    ASSERT_EQ(
+        photon_model_tensor_info(model, i, nullptr, &dtype, nullptr, nullptr, nullptr, nullptr),
+        PHOTON_OK);
+    q8_tensors += dtype == PHOTON_DTYPE_Q8;
+  }
+  EXPECT_GT(q8_tensors, 0u);
+  std::string source_name;
+  for (size_t i = 0; i < photon_model_metadata_count(model); ++i) {
+    const char *key = nullptr, *value = nullptr;
+    ASSERT_EQ(photon_model_metadata_at(model, i, &key, &value), PHOTON_OK);
+    if (std::string(key) == "source") source_name = value;
+  }
+  EXPECT_EQ(source_name, source.substr(source.rfind('/') + 1));
+  photon_model_free(model);
+  for (const std::string& path : {source, q8, wide}) std::remove(path.c_str());
 }
 
 std::string model_name(const ::testing::TestParamInfo<int>& param) {
@@ -131,14 +179,18 @@ long resident_kib() {
   return -1;
 }
 
-TEST(WeightMemory, ABf16ModelIsNotCopiedToF32) {
-  // A vanilla model of about 27 MB in bf16: an f32 copy of its weights would add 54 MB.
+class WeightMemory : public ::testing::TestWithParam<DType> {};
+
+TEST_P(WeightMemory, AModelIsNotCopiedToF32) {
+  // A vanilla model of about 27 MB in bf16 (14 MB in q8): an f32 copy of its weights would add
+  // 54 MB.
   photon::ModelConfig c = photon::testing::tiny_vanilla();
   c.dim = 512;
   c.vocab_size = 8192;
   c.stack = photon::testing::tiny_stack(6, 8, 8, 64, 1536);
-  const std::string path = std::string(PHOTON_BINARY_DIR) + "/test_dtypes_memory_bf16.photon";
-  photon::testing::write_test_model(c, path, 13, DType::BF16);
+  const std::string path = std::string(PHOTON_BINARY_DIR) + "/test_dtypes_memory_" +
+                           photon::dtype_name(GetParam()) + ".photon";
+  photon::testing::write_test_model(c, path, 13, GetParam());
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   const long file_kib = static_cast<long>(in.tellg()) / 1024;
   const long before = resident_kib();
@@ -157,5 +209,10 @@ TEST(WeightMemory, ABf16ModelIsNotCopiedToF32) {
   photon_model_free(model);
   std::remove(path.c_str());
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, WeightMemory, ::testing::Values(DType::BF16, DType::Q8),
+                         [](const ::testing::TestParamInfo<DType>& p) {
+                           return std::string(photon::dtype_name(p.param));
+                         });
 
 }  // namespace

@@ -74,8 +74,8 @@ Tensor CpuBackend::do_weight(const HostWeight& source, std::string_view) {
   std::unique_ptr<Buffer> buffer;
   DType dtype = source.dtype;
   if (dtype == DType::F32 || source.rows > 1) {
-    // Matrices stay in the mapping in their stored type: linear and embed read bf16 and f16.
-    buffer = std::make_unique<HostView>(this, source.data, n * dtype_size(dtype));
+    // Matrices stay in the mapping in their stored type: linear and embed read bf16, f16 and q8.
+    buffer = std::make_unique<HostView>(this, source.data, dtype_bytes(dtype, n));
   } else {
     // Vectors (norms, biases, the start latent) are read as f32 activations: widened, tiny.
     buffer = allocate(n * sizeof(float), "weight");

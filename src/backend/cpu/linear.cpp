@@ -27,7 +27,13 @@ long round_up(long a, long multiple) {
 }
 
 SkinnyKernel skinny_kernel(const SkinnyKernels& k, DType dtype) {
-  return dtype == DType::F32 ? k.f32 : dtype == DType::BF16 ? k.bf16 : k.f16;
+  switch (dtype) {
+    case DType::F32: return k.f32;
+    case DType::BF16: return k.bf16;
+    case DType::F16: return k.f16;
+    case DType::Q8: return k.q8;
+  }
+  return k.f32;
 }
 
 // The skinny kernels over the outputs of every product in one parallel region, so that a thread

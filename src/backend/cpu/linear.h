@@ -1,5 +1,5 @@
 // y[n, out] (+)= x[n, in] . W[out, in]^T (+ bias) -- a linear layer over rows (spec section 2),
-// with W read in its stored type (f32, bf16 or f16) and f32 arithmetic.
+// with W read in its stored type (f32, bf16, f16 or q8) and f32 arithmetic.
 #pragma once
 
 #include <span>

@@ -9,7 +9,9 @@
 // (r, o), 16 partial sums s[l] += x[r, k] w[o, k] over k = 16 i + l for every whole group of 16
 // columns (ascending), then the tree ((s[l] + s[l + 8]), then + 4, + 2, + 1) down to one sum,
 // then the remaining columns one at a time. The vector kernels fuse each multiply-add; the
-// portable one need not, so the two agree to within f32 rounding.
+// portable one need not, so the two agree to within f32 rounding. A q8 weight enters as d * q,
+// exact in f32, so q8 products are f32 products with the dequantized matrix (rows of q8 have a
+// multiple of 32 columns, so no column is left over).
 //
 // This header is included by the kernel files compiled for wider instruction sets: it must not
 // bring in inline code with external linkage (see skinny_gemm_avx2.cpp).
@@ -26,6 +28,12 @@ struct Bf16 {
 struct F16 {
   uint16_t bits;
 };
+// A block of 32 values of a q8 row (core/dtype.h): bf16 scale bits, then the int8 values.
+struct Q8Block {
+  uint16_t scale;
+  int8_t q[32];
+};
+static_assert(sizeof(Q8Block) == 34, "a q8 block is 34 bytes, as in the file");
 
 struct SkinnyArgs {
   const float* x = nullptr;  // [n, in]
@@ -43,7 +51,7 @@ using SkinnyKernel = void (*)(const SkinnyArgs&);
 // The kernels of one instruction set: the skinny products per weight type, and the exact widening
 // of n 16-bit values to f32 (attention over bf16 and f16 KV caches).
 struct SkinnyKernels {
-  SkinnyKernel f32, bf16, f16;
+  SkinnyKernel f32, bf16, f16, q8;
   void (*widen_bf16)(const Bf16* src, float* dst, long n);
   void (*widen_f16)(const F16* src, float* dst, long n);
 };

@@ -41,6 +41,14 @@ struct Avx2 : X86Common {
   }
   static Vec load(const Bf16* p) { return widen8(p); }
   static Vec load(const F16* p) { return widen8(p); }
+  // A q8 block's scale in every lane, and 8 of its values times it: each d * q, exact.
+  static Vec scale(const Q8Block* b) {
+    return _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(uint32_t{b->scale} << 16)));
+  }
+  static Vec load(const int8_t* q, Vec d) {
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)))));
+  }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
   // Lanes l and l + 8 are the two vectors.
   static float sum(const Vec* parts) { return sum8(_mm256_add_ps(parts[0], parts[1])); }
@@ -55,7 +63,7 @@ void widen(const W* src, float* dst, long n) {
 
 }  // namespace
 
-const SkinnyKernels kSkinnyAvx2 = {skinny<Avx2, float>, skinny<Avx2, Bf16>, skinny<Avx2, F16>,
-                                   widen<Bf16>, widen<F16>};
+const SkinnyKernels kSkinnyAvx2 = {skinny<Avx2, float>,   skinny<Avx2, Bf16>, skinny<Avx2, F16>,
+                                   skinny<Avx2, Q8Block>, widen<Bf16>,        widen<F16>};
 
 }  // namespace photon::cpu

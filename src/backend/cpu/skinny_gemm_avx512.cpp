@@ -55,6 +55,17 @@ struct Avx512 : X86Common {
   }
   static Vec load(const Bf16* p) { return widen16(p); }
   static Vec load(const F16* p) { return widen16(p); }
+  // A q8 block's scale in every lane, and 16 of its values times it: each d * q, exact.
+  static Vec scale(const Q8Block* b) {
+    return _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(uint32_t{b->scale} << 16)));
+  }
+  static Vec load(const int8_t* q, Vec d) {
+    return _mm512_maskz_mul_ps(
+        kAll16, d,
+        _mm512_maskz_cvtepi32_ps(
+            kAll16, _mm512_maskz_cvtepi8_epi32(
+                        kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)))));
+  }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
   // Lanes l and l + 8 are the two 256-bit halves.
   static float sum(const Vec* parts) {
@@ -91,8 +102,11 @@ void skinny_avx512(const SkinnyArgs& a) {
 
 }  // namespace
 
-const SkinnyKernels kSkinnyAvx512 = {
-    skinny_avx512<float, &SkinnyKernels::f32>, skinny_avx512<Bf16, &SkinnyKernels::bf16>,
-    skinny_avx512<F16, &SkinnyKernels::f16>, widen<Bf16>, widen<F16>};
+const SkinnyKernels kSkinnyAvx512 = {skinny_avx512<float, &SkinnyKernels::f32>,
+                                     skinny_avx512<Bf16, &SkinnyKernels::bf16>,
+                                     skinny_avx512<F16, &SkinnyKernels::f16>,
+                                     skinny_avx512<Q8Block, &SkinnyKernels::q8>,
+                                     widen<Bf16>,
+                                     widen<F16>};
 
 }  // namespace photon::cpu

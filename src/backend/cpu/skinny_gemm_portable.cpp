@@ -33,6 +33,16 @@ struct Portable {
     for (int l = 0; l < 16; ++l) r.v[l] = scalar(p + l);
     return r;
   }
+  static Vec scale(const Q8Block* b) {
+    Vec r;
+    for (float& v : r.v) v = bf16_to_f32(b->scale);
+    return r;
+  }
+  static Vec load(const int8_t* q, const Vec& d) {
+    Vec r;
+    for (int l = 0; l < 16; ++l) r.v[l] = d.v[l] * static_cast<float>(q[l]);
+    return r;
+  }
   static Vec fma(const Vec& a, const Vec& b, Vec c) {
     for (int l = 0; l < 16; ++l) c.v[l] = a.v[l] * b.v[l] + c.v[l];
     return c;
@@ -47,6 +57,9 @@ struct Portable {
   static float scalar(const float* p) { return *p; }
   static float scalar(const Bf16* p) { return bf16_to_f32(p->bits); }
   static float scalar(const F16* p) { return f16_to_f32(p->bits); }
+  static float scalar(const Q8Block* b, int i) {
+    return bf16_to_f32(b->scale) * static_cast<float>(b->q[i]);
+  }
   static float fma1(float a, float b, float c) { return a * b + c; }
 };
 
@@ -57,7 +70,11 @@ void widen(const W* src, float* dst, long n) {
 
 }  // namespace
 
-const SkinnyKernels kSkinnyPortable = {skinny<Portable, float>, skinny<Portable, Bf16>,
-                                       skinny<Portable, F16>, widen<Bf16>, widen<F16>};
+const SkinnyKernels kSkinnyPortable = {skinny<Portable, float>,
+                                       skinny<Portable, Bf16>,
+                                       skinny<Portable, F16>,
+                                       skinny<Portable, Q8Block>,
+                                       widen<Bf16>,
+                                       widen<F16>};
 
 }  // namespace photon::cpu

@@ -25,6 +25,9 @@ struct X86Common {
         _mm_cvtsi32_si128(static_cast<int>(static_cast<uint32_t>(p->bits) << 16))));
   }
   static float scalar(const F16* p) { return _cvtsh_ss(p->bits); }
+  static float scalar(const Q8Block* b, int i) {
+    return scalar(reinterpret_cast<const Bf16*>(&b->scale)) * static_cast<float>(b->q[i]);
+  }
   static float fma1(float a, float b, float c) {
     return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
   }

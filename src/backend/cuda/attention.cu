@@ -183,6 +183,7 @@ void attention_launch(const float* q, const AttentionShape& shape, DType kv_dtyp
     case DType::F16:
       launch_typed<__half>(grid, q, shape, segments, n_segments, partials, out, stream);
       break;
+    case DType::Q8: q8_unsupported("attention_kernel");
   }
   if (splits > 1) {
     attention_combine_kernel<<<dim3(n_rows, shape.heads), 32, 0, stream>>>(

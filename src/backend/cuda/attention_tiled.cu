@@ -184,6 +184,7 @@ void attention_tiled_launch(const float* q, const AttentionShape& shape, DType k
       launch_typed<__nv_bfloat16>(q, shape, segments, tiles, n_tiles, out, stream);
       break;
     case DType::F16: launch_typed<__half>(q, shape, segments, tiles, n_tiles, out, stream); break;
+    case DType::Q8: q8_unsupported("attention_tiled_kernel");
   }
 }
 

@@ -34,6 +34,7 @@ void convert_from_f32(DType to, const float* src, void* dst, size_t n, cudaStrea
       return;
     case DType::BF16: return launch<float, __nv_bfloat16>(src, dst, n, stream);
     case DType::F16: return launch<float, __half>(src, dst, n, stream);
+    case DType::Q8: q8_unsupported("convert_from_f32");
   }
 }
 
@@ -46,6 +47,7 @@ void convert_to_f32(DType from, const void* src, float* dst, size_t n, cudaStrea
       return;
     case DType::BF16: return launch<__nv_bfloat16, float>(src, dst, n, stream);
     case DType::F16: return launch<__half, float>(src, dst, n, stream);
+    case DType::Q8: q8_unsupported("convert_to_f32");
   }
 }
 

@@ -257,6 +257,10 @@ std::unique_ptr<Buffer> CudaBackend::allocate(size_t bytes, std::string_view wha
 }
 
 Tensor CudaBackend::do_weight(const HostWeight& source, std::string_view name) {
+  if (source.dtype == DType::Q8)
+    fail(PHOTON_ERR_UNSUPPORTED, "weight '" + std::string(name) +
+                                     "' is stored as q8, which the CUDA backend does not compute; "
+                                     "run the model on the CPU, or convert it with --dtype bf16");
   Lock lock(*this, "weight");
   const size_t count = static_cast<size_t>(source.rows) * static_cast<size_t>(source.cols);
   // Vectors (norms, biases, the start latent) are read as f32 by the kernels that take them.

@@ -38,6 +38,7 @@ void embedding(const void* table, DType dtype, int rows, int dim, const int32_t*
     case DType::F32: return launch<float>(table, rows, dim, ids, n, out, stream);
     case DType::BF16: return launch<__nv_bfloat16>(table, rows, dim, ids, n, out, stream);
     case DType::F16: return launch<__half>(table, rows, dim, ids, n, out, stream);
+    case DType::Q8: q8_unsupported("embedding_kernel");
   }
 }
 

@@ -44,6 +44,7 @@ void kv_append_launch(const float* k, const float* v, int kv_dim, DType dtype,
     case DType::F16:
       kv_append_kernel<__half><<<n_rows, kThreads, 0, stream>>>(k, v, kv_dim, segments, n_segments);
       break;
+    case DType::Q8: q8_unsupported("kv_append_kernel");
   }
   check_launch("kv_append_kernel");
 }

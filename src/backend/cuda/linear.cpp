@@ -38,6 +38,7 @@ cudaDataType_t cuda_type(DType t) {
     case DType::F32: return CUDA_R_32F;
     case DType::F16: return CUDA_R_16F;
     case DType::BF16: return CUDA_R_16BF;
+    case DType::Q8: q8_unsupported("cublasLt matmul");
   }
   return CUDA_R_32F;
 }
@@ -47,6 +48,7 @@ const char* type_name(DType t) {
     case DType::F32: return "f32";
     case DType::F16: return "f16";
     case DType::BF16: return "bf16";
+    case DType::Q8: return "q8";
   }
   return "?";
 }

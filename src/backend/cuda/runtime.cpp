@@ -57,6 +57,10 @@ void check_launch(std::string_view kernel) {
   check_cuda(cudaGetLastError(), "launch of " + std::string(kernel));
 }
 
+void q8_unsupported(std::string_view kernel) {
+  fail(PHOTON_ERR_INTERNAL, std::string(kernel) + ": q8 operands are not computed on the GPU");
+}
+
 int device_count(std::string* reason) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);

@@ -24,6 +24,10 @@ void check_cublas(cublasStatus_t status, std::string_view call);
 // After a kernel launch: reports a bad launch configuration or an earlier asynchronous fault.
 void check_launch(std::string_view kernel);
 
+// q8 operands, which the op contract (backend.h) and the backend's weight() keep from every
+// kernel: PHOTON_ERR_INTERNAL naming the kernel.
+[[noreturn]] void q8_unsupported(std::string_view kernel);
+
 #define PHOTON_CUDA_CHECK(call) ::photon::cuda::check_cuda((call), #call)
 #define PHOTON_CUBLAS_CHECK(call) ::photon::cuda::check_cublas((call), #call)
 

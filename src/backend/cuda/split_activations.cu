@@ -51,6 +51,7 @@ void split_activations(DType to, const float* x, size_t count, void* hi, void* l
     case DType::BF16: return split_launch<__nv_bfloat16>(x, count, hi, lo, stream);
     case DType::F16: return split_launch<__half>(x, count, hi, lo, stream);
     case DType::F32: break;
+    case DType::Q8: q8_unsupported("split_activations");
   }
   fail(PHOTON_ERR_INTERNAL, "cuda::split_activations: f32 has no 16-bit halves");
 }

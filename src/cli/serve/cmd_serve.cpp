@@ -116,7 +116,7 @@ int run_serve(const std::vector<std::string>& argv) {
   o.http.ping_interval = parse_seconds(args, "ping-interval", o.http.ping_interval);
   o.shutdown_timeout = parse_seconds(args, "shutdown-timeout", o.shutdown_timeout);
   if (auto mode = args.value("mode")) o.mode = parse_mode(*mode);
-  if (auto kv = args.value("kv-type")) o.kv_type = parse_dtype(*kv, "--kv-type");
+  if (auto kv = args.value("kv-type")) o.kv_type = parse_kv_type(*kv, "--kv-type");
   o.context = parse_count(args, "ctx", 0, 1);
   o.device = device_option(args);
   o.threads = parse_threads(args);
