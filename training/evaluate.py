@@ -21,7 +21,10 @@ For each model:
   of the first prompt, then generation to the full context with EOS ignored;
   tokens/s is the best of `repeats`; KV bytes is photon_session_kv_bytes summed over levels at the
   end;
-- the final recursive loss and token losses from the run's log (training.train).
+- the final recursive loss and token losses from the run's log (training.train);
+- with --reference NAME (a model given before the others, e.g. the f16 file of the weights that
+  the others store as q8): each other model's test perplexity (and RecGen's) over the reference's,
+  and its greedy continuations of the same prompts against the reference's, in every mode.
 """
 
 import argparse
@@ -93,14 +96,22 @@ def generate_tokens(photon, model, prompt, n, mode):
     return last_json_line(run_cli(photon, args))["tokens"]
 
 
-def agreement(photon, model, prompts, n):
-    same, identical, prefix = 0, 0, 0
+def greedy(photon, model, prompts, n, mode):
+    """The greedy continuation of every prompt, n tokens each."""
+    out = []
     for prompt in prompts:
-        hier = generate_tokens(photon, model, prompt, n, "hiergen")
-        rec = generate_tokens(photon, model, prompt, n, "recgen")
-        if len(hier) != n or len(rec) != n:
-            raise SystemExit(f"evaluate: expected {n} tokens, got {len(hier)} / {len(rec)}")
-        matches = [a == b for a, b in zip(hier, rec)]
+        tokens = generate_tokens(photon, model, prompt, n, mode)
+        if len(tokens) != n:
+            raise SystemExit(f"evaluate: expected {n} tokens, got {len(tokens)}")
+        out.append(tokens)
+    return out
+
+
+def agreement_of(first, second, prompts, n):
+    """How two sets of continuations of the same prompts agree, position by position."""
+    same, identical, prefix = 0, 0, 0
+    for a, b in zip(first, second):
+        matches = [x == y for x, y in zip(a, b)]
         same += sum(matches)
         identical += all(matches)
         prefix += matches.index(False) if not all(matches) else n
@@ -108,6 +119,26 @@ def agreement(photon, model, prompts, n):
             "identical_continuations": identical / len(prompts),
             "mean_common_prefix": prefix / len(prompts), "prompts": len(prompts),
             "prompt_tokens": len(prompts[0]), "continuation_tokens": n}
+
+
+def agreement(photon, model, prompts, n):
+    """RecGen's greedy continuations against HierGen's."""
+    return agreement_of(greedy(photon, model, prompts, n, "hiergen"),
+                        greedy(photon, model, prompts, n, "recgen"), prompts, n)
+
+
+def against_reference(photon, model, reference, result, prompts, n, levels):
+    """A model beside another file of the same weights (f16 beside q8, say): test perplexity
+    ratios, and the greedy continuations of each mode against the reference's."""
+    out = {"reference": str(reference["file"]),
+           "perplexity_ratio": result["test"]["perplexity"] / reference["test"]["perplexity"]}
+    if "recgen" in result:
+        out["recgen_perplexity_ratio"] = (result["recgen"]["perplexity"] /
+                                          reference["recgen"]["perplexity"])
+    for mode in ["hiergen"] + (["recgen"] if levels >= 2 else []):
+        out[mode] = agreement_of(greedy(photon, model, prompts, n, mode),
+                                 greedy(photon, reference["file"], prompts, n, mode), prompts, n)
+    return out
 
 
 class Library:
@@ -235,6 +266,9 @@ def main(argv=None):
     parser.add_argument("--prompts", type=int, default=0, help="at most this many (0: all)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--reference", metavar="NAME",
+                        help="one of the --model names: every other model is also compared with "
+                             "it (perplexity ratios, greedy agreement per mode)")
     parser.add_argument("--out", default="out/train/eval.json", type=pathlib.Path)
     args = parser.parse_args(argv)
 
@@ -271,6 +305,11 @@ def main(argv=None):
             result["decode"] = {mode: lib.decode(model, prompts[0], context - len(prompts[0]),
                                                  value, args.repeats)
                                 for mode, value in modes.items()}
+        if args.reference and name != args.reference:
+            if args.reference not in results:
+                raise SystemExit(f"evaluate: --reference {args.reference} must come first")
+            result["vs_reference"] = against_reference(
+                photon, model, results[args.reference], result, prompts, args.continuation, levels)
         results[name] = result
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1) + "\n")

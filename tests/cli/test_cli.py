@@ -312,6 +312,22 @@ def group_inspect():
     check_layout(info, bf16, 2)
     os.remove(bf16)
 
+    # A model file stored again in q8: matrices in q8, vectors in f32, about half of bf16's bytes.
+    q8 = os.path.join(WORK, "vanilla-small-q8.photon")
+    expect_ok(photon("convert", "--from", model("vanilla-small"), "--dtype", "q8", "-o", q8))
+    info = inspect_json(q8)
+    types = {t["name"]: t["dtype"] for t in info["file"]["tensors"]}
+    check(types["lm_head"] == "q8" and types["layers.0.attn.wq"] == "q8" and
+          types["norm"] == "f32", "--dtype q8 stores matrices in q8, vectors in f32: %s" % types)
+    check(os.path.getsize(q8) < 0.3 * os.path.getsize(model("vanilla-small")),
+          "q8 takes about a quarter of f32's bytes")
+    expect_ok(photon("score", "-m", q8, "--tokens", "1,5,9,13"))
+    expect_failure(photon("convert", "--from", model("vanilla-small"), "--config", "c.json",
+                          "-o", q8), 1, "convert", "is a model file")
+    expect_failure(photon("generate", "-m", q8, "-p", "In", "--kv-type", "q8"), 2, "generate",
+                   "'q8' is not one of f32, f16, bf16")
+    os.remove(q8)
+
 
 TINY_CONFIG = {
     "arch": "photon", "vocab_size": 4096, "embed_dim": 8, "token_dim": 16, "norm_eps": 1e-5,
