@@ -167,10 +167,9 @@ PHOTON_API photon_status photon_load_options_set_progress(photon_load_options *o
  *   "cuda"    the first CUDA GPU, "cuda:N" GPU number N (compute capability 8.0 or newer);
  *   "auto"    the first CUDA GPU when one can be used, else the CPU.
  * On a GPU the weight matrices are uploaded once, on first use, as bf16 (f16 files keep f16, f32
- * files are converted); activations enter each product as two 16-bit terms and products
- * accumulate in f32. Log-probabilities then differ from the CPU's by up to about 2e-4 on the test
- * models (the tests allow 5e-2), and a greedy token can differ where two candidates are that close.
- * KV caches live in device memory, allocated for each session's whole context when it is created.
+ * files are converted), and products run as photon_load_options_set_precision says (bf16 by
+ * default there). KV caches live in device memory, allocated for each session's whole context
+ * when it is created.
  * The CUDA backend is the module libphoton-cuda.so, loaded by photon_model_load when a GPU is asked
  * for (found next to libphoton, or at $PHOTON_CUDA_MODULE); libphoton itself needs no CUDA library.
  * Any other text fails here with PHOTON_ERR_INVALID_ARGUMENT; whether the device can be had is
@@ -179,6 +178,22 @@ PHOTON_API photon_status photon_load_options_set_progress(photon_load_options *o
  * and has not yet run on a GPU. */
 PHOTON_API photon_status photon_load_options_set_device(photon_load_options *options,
                                                         const char *device);
+
+/* Sets how products of activations and weights compute (every other op is the same either way):
+ *   "exact"  activations enter each product in f32, as the CPU computes them; the default on the
+ *            CPU. On a GPU each product takes them as two 16-bit terms (about 17 bits of each,
+ *            twice the tensor-core work), and log-probabilities differ from the CPU's by up to
+ *            about 2e-4 on the test models (the tests allow 5e-2);
+ *   "bf16"   activations are rounded to bf16 (nearest even) before each product, which accumulates
+ *            in f32, as PyTorch and serving engines compute: the default on a GPU (one tensor-core
+ *            term). On the CPU it computes the same function in f32 arithmetic, no faster than
+ *            "exact" (a reference for the GPU's results). The shipped model's test perplexity
+ *            stays within 1% of "exact" and its greedy tokens mostly agree (docs/quality.md).
+ * Not set, the device decides: "exact" on the CPU, "bf16" on a GPU (what "auto" chose).
+ * photon_model_precision says which one a loaded model uses. Any other text fails with
+ * PHOTON_ERR_INVALID_ARGUMENT naming it. */
+PHOTON_API photon_status photon_load_options_set_precision(photon_load_options *options,
+                                                           const char *precision);
 
 /* Sets the most CPU threads one call on the model computes with (a GPU model ignores it), the
  * calling thread included (default 0: every core the process may run on; more than that counts as
@@ -222,6 +237,10 @@ PHOTON_API void photon_model_free(photon_model *model);
 
 /* The device the model runs on: "cpu" or "cuda:N" (what "auto" chose). "" for NULL. */
 PHOTON_API const char *photon_model_device(const photon_model *model);
+
+/* How the model's products compute: "exact" or "bf16" (photon_load_options_set_precision, or the
+ * device's default). "" for NULL. */
+PHOTON_API const char *photon_model_precision(const photon_model *model);
 
 /* Memory the model holds on its device, in bytes, as sqlite3_status64 reports it: *in_use what
  * its backend has allocated now, *peak the most it has held since the model was loaded or since a

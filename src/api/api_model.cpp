@@ -49,7 +49,19 @@ photon_status photon_load_options_set_device(photon_load_options* options, const
   return guard([&] {
     require(options, "photon_load_options_set_device", "options is NULL");
     require(device, "photon_load_options_set_device", "device is NULL");
+    const auto precision = options->device.precision;
     options->device = photon::parse_device(device, "photon_load_options_set_device");
+    options->device.precision = precision;
+  });
+}
+
+photon_status photon_load_options_set_precision(photon_load_options* options,
+                                                const char* precision) {
+  return guard([&] {
+    require(options, "photon_load_options_set_precision", "options is NULL");
+    require(precision, "photon_load_options_set_precision", "precision is NULL");
+    options->device.precision =
+        photon::parse_precision(precision, "photon_load_options_set_precision");
   });
 }
 
@@ -96,6 +108,10 @@ void photon_model_free(photon_model* model) {
 
 const char* photon_model_device(const photon_model* model) {
   return model ? model->device.c_str() : "";
+}
+
+const char* photon_model_precision(const photon_model* model) {
+  return model ? photon::precision_name(model->model->backend().precision()) : "";
 }
 
 photon_status photon_model_memory(const photon_model* model, uint64_t* in_use, uint64_t* peak,

@@ -39,11 +39,25 @@
 
 namespace photon {
 
+// How products of activations and weights compute (photon_load_options_set_precision):
+// - Exact: the activations enter in f32 (the CPU's f32 arithmetic; on a GPU, two 16-bit terms
+//   that carry about 17 bits of each).
+// - Bf16: the activations are rounded to bf16 (nearest even) before each product, which
+//   accumulates in f32: one tensor-core term on a GPU. Every other op is the same in both.
+enum class Precision { Exact, Bf16 };
+
+// "exact" | "bf16".
+inline const char* precision_name(Precision p) {
+  return p == Precision::Bf16 ? "bf16" : "exact";
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;
   // "cpu", "cuda:0", ...
   virtual std::string name() const = 0;
+  // How linear and linear_group compute, fixed when the backend is made.
+  Precision precision() const { return precision_; }
   // Rows worth gathering into one pass of a batched prefill: beyond them this device's GEMMs gain
   // little and the pass's workspace only grows.
   virtual int64_t prefill_pass_rows() const = 0;
@@ -112,8 +126,11 @@ class Backend {
   void logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out);
 
  protected:
+  explicit Backend(Precision precision) : precision_(precision) {}
+
   // Every implementation counts what it allocates and frees here.
   MemoryCounter memory_;
+  const Precision precision_;
 
  private:
   // The implementations, called once their operands have met the contract.
@@ -157,6 +174,6 @@ inline Matrix zero_matrix(Backend& backend, int64_t rows, int64_t cols, std::str
 // The CPU backend, the reference of every other backend, with the widest vector kernels this
 // processor runs (backend/cpu/cpu_features.h). threads: the most threads one call may compute
 // with, the calling thread included (0: every core the process may run on).
-std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
+std::unique_ptr<Backend> make_cpu_backend(int threads = 0, Precision precision = Precision::Exact);
 
 }  // namespace photon

@@ -92,9 +92,11 @@ void raise_module_error(photon_status status, const char* message) {
 
 std::unique_ptr<Backend> make_cuda_backend(const DeviceChoice& choice) {
   const photon_backend_create_fn create = load_cuda_module();
-  const photon_backend_request request{PHOTON_BACKEND_ABI,       backend_layout(),
-                                       PHOTON_VERSION_STRING,    choice.ordinal,
-                                       choice.exact_f32 ? 1 : 0, &raise_module_error};
+  const Precision precision = choice.precision.value_or(Precision::Bf16);
+  const photon_backend_request request{
+      PHOTON_BACKEND_ABI, backend_layout(),         PHOTON_VERSION_STRING,
+      choice.ordinal,     choice.exact_f32 ? 1 : 0, precision == Precision::Bf16 ? 1 : 0,
+      &raise_module_error};
   Backend* backend = nullptr;
   char message[1024] = "";
   const photon_status status = create(&request, &backend, message, sizeof message);
@@ -133,16 +135,24 @@ DeviceChoice parse_device(std::string_view text, std::string_view who) {
   return choice;
 }
 
+Precision parse_precision(std::string_view text, std::string_view who) {
+  if (text == "exact") return Precision::Exact;
+  if (text == "bf16") return Precision::Bf16;
+  fail(PHOTON_ERR_INVALID_ARGUMENT,
+       std::string(who) + ": precision '" + std::string(text) + "' is not one of exact, bf16");
+}
+
 std::unique_ptr<Backend> make_backend(const DeviceChoice& choice, int threads) {
+  const Precision cpu_precision = choice.precision.value_or(Precision::Exact);
   switch (choice.kind) {
-    case DeviceChoice::Kind::Cpu: return make_cpu_backend(threads);
+    case DeviceChoice::Kind::Cpu: return make_cpu_backend(threads, cpu_precision);
     case DeviceChoice::Kind::Cuda: return make_cuda_backend(choice);
     case DeviceChoice::Kind::Auto: try { return make_cuda_backend(choice);
       } catch (const Error& e) {
         // No usable GPU (missing, or full): the CPU.
         if (e.status() != PHOTON_ERR_DEVICE && e.status() != PHOTON_ERR_OUT_OF_MEMORY) throw;
       }
-      return make_cpu_backend(threads);
+      return make_cpu_backend(threads, cpu_precision);
   }
   fail(PHOTON_ERR_INTERNAL, "make_backend: unknown device kind");
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "backend/backend.h"
@@ -17,11 +18,17 @@ struct DeviceChoice {
   // CUDA only: f32 weights stay f32 and their GEMMs run in plain f32 (no TF32), instead of being
   // converted to bf16 once at upload. For comparisons with the CPU at f32 tolerances.
   bool exact_f32 = false;
+  // Unset: the device's default, Exact on the CPU and Bf16 on a GPU.
+  std::optional<Precision> precision;
 };
 
 // "auto", "cpu", "cuda" or "cuda:N" (N a decimal ordinal); anything else is
 // PHOTON_ERR_INVALID_ARGUMENT with a message that starts with `who`.
 DeviceChoice parse_device(std::string_view text, std::string_view who);
+
+// "exact" or "bf16"; anything else is PHOTON_ERR_INVALID_ARGUMENT with a message that starts with
+// `who`.
+Precision parse_precision(std::string_view text, std::string_view who);
 
 // The backend for a choice. Cuda fails with PHOTON_ERR_DEVICE and a message that says what is
 // missing: a CUDA build (no module), the CUDA libraries the module needs, a usable driver, or a

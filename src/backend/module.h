@@ -25,8 +25,8 @@
 // Bump when backend.h, descriptors.h or tensor.h change the meaning (not only the size) of what
 // crosses, when the Backend class gains, loses or changes a virtual function, or when the request
 // changes (2: linear_group; 3: raise; 4: the op contract, public calls over private do_<call>
-// functions, and products that accumulate).
-#define PHOTON_BACKEND_ABI 4
+// functions, and products that accumulate; 5: the precision).
+#define PHOTON_BACKEND_ABI 5
 #define PHOTON_CUDA_MODULE_NAME "libphoton-cuda.so"
 #define PHOTON_CUDA_MODULE_ENTRY "photon_cuda_backend_create"
 
@@ -41,6 +41,7 @@ struct photon_backend_request {
   const char* version;            // PHOTON_VERSION_STRING of the caller
   int32_t ordinal;                // CUDA device ordinal
   int32_t exact_f32;              // DeviceChoice::exact_f32
+  int32_t bf16;                   // 1: Precision::Bf16, 0: Precision::Exact
   photon_backend_raise_fn raise;  // how the backend's ops report a failure to the caller
 };
 

@@ -101,7 +101,7 @@ Row parse_row(const std::string& text) {
 }
 
 BenchModel open_model(const ModelSource& source, const WriteSettings& settings,
-                      const std::string& device, int32_t threads) {
+                      const DeviceOptions& device, int32_t threads) {
   BenchModel bench;
   if (source.kind == ModelSource::Kind::File) {
     bench.path = source.value;

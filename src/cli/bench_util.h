@@ -46,7 +46,7 @@ struct WriteSettings {
 // for a preset or config (reused when a file of the same configuration, dtype and seed is already
 // in settings.dir).
 BenchModel open_model(const ModelSource& source, const WriteSettings& settings,
-                      const std::string& device, int32_t threads);
+                      const DeviceOptions& device, int32_t threads);
 
 // A session of the protocol: the row's mode, `context` tokens of cache allocated up front, EOS
 // ignored, temperature 1 with a fixed seed.

@@ -44,7 +44,7 @@ struct Plan {
   std::vector<int32_t> contexts;
   int32_t decode_tokens = 0;
   int32_t kv_context = 0;
-  std::string device;
+  DeviceOptions device;
   int32_t threads = 0;
   photon_dtype kv_type = PHOTON_DTYPE_F32;
   std::optional<std::string> json;
@@ -152,6 +152,7 @@ Record base_record(const char* study, const BenchModel& model, Row row) {
   record["parameters"] = model.parameters;
   record["mode"] = bench::row_name(row);
   record["device"] = photon_model_device(model.model.get());
+  record["precision"] = photon_model_precision(model.model.get());
   record["kv_type"] = dtype_name(model.kv_type);
   record["cpu"] = bench::cpu_name();
   record["hardware_threads"] = bench::hardware_threads();
@@ -348,12 +349,12 @@ void study_throughput(const Plan& plan, const BenchModel& model, Row row, Sink& 
     record["tpm_resident_tok_s_per_gib"] = resident > 0 ? throughput / (resident / kGiB) : 0.0;
     record["tpm_kv_tok_s_per_gib"] = kv_f32 > 0 ? throughput / (kv_f32 / kGiB) : 0.0;
     sink.emit(record);
-    std::fprintf(stderr, "photon bench: %s: %s tok/s, %s MiB/sample %s, %s MiB KV (%s)\n",
-                 label.c_str(), bench::significant(throughput).c_str(),
-                 bench::mebibytes(memory).c_str(),
-                 measures_device_memory(model) ? "device memory" : "resident",
-                 bench::mebibytes(static_cast<double>(run.kv.encoder_total) / batch).c_str(),
-                 dtype_name(model.kv_type));
+    std::fprintf(
+        stderr, "photon bench: %s: %s tok/s, %s MiB/sample %s, %s MiB KV (%s), %s products\n",
+        label.c_str(), bench::significant(throughput).c_str(), bench::mebibytes(memory).c_str(),
+        measures_device_memory(model) ? "device memory" : "resident",
+        bench::mebibytes(static_cast<double>(run.kv.encoder_total) / batch).c_str(),
+        dtype_name(model.kv_type), photon_model_precision(model.model.get()));
   }
 }
 
@@ -605,6 +606,9 @@ const std::vector<BenchOption>& bench_options() {
     {"device", 0, "DEV", kRuns,
      "cpu (default), cuda, cuda:N or auto; on a GPU, memory per sample\n"
      "and --memory-budget count the model's device memory", false, {}, nullptr},
+    {"precision", 0, "P", kRuns,
+     "exact or bf16: how products round (default: the device's, exact\n"
+     "on the CPU, bf16 on a GPU)", false, {}, nullptr},
     {"threads", 0, "N", kRuns, "compute with at most N threads (default: every core)", false,
      {}, nullptr},
     {"regime", 0, "R", kThroughput,
@@ -647,7 +651,7 @@ Plan parse_plan(const std::vector<std::string>& argv) {
   args.parse(argv);
   Plan plan;
   apply_options(bench_options(), args, plan);
-  plan.device = device_option(args);
+  plan.device = device_options(args);
   plan.threads = parse_threads(args);
   if (args.has("batch") && args.has("memory-budget"))
     throw UsageError("give at most one of --batch and --memory-budget");

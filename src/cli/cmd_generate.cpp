@@ -163,17 +163,29 @@ void print_summary(const photon_model* model, const photon_session* session, con
 constexpr int kInterruptedExitCode = 130;  // the shell's 128 + SIGINT convention
 
 int run_generate(const std::vector<std::string>& argv) {
-  Args args({{"model", 'm'},     {"prompt", 'p'},
-             {"tokens"},         {"mode"},
-             {"n-predict", 'n'}, {"temperature"},
-             {"top-k"},          {"top-p"},
-             {"min-p"},          {"repeat-penalty"},
-             {"repeat-last-n"},  {"seed"},
-             {"stop"},           {"ctx"},
-             {"save-session"},   {"resume"},
-             {"threads"},        {"ignore-eos", 0, false},
-             {"device"},         {"kv-type"},
-             {"json", 0, false}, {"context-shift", 0, false}},
+  Args args({{"model", 'm'},
+             {"prompt", 'p'},
+             {"tokens"},
+             {"mode"},
+             {"n-predict", 'n'},
+             {"temperature"},
+             {"top-k"},
+             {"top-p"},
+             {"min-p"},
+             {"repeat-penalty"},
+             {"repeat-last-n"},
+             {"seed"},
+             {"stop"},
+             {"ctx"},
+             {"save-session"},
+             {"resume"},
+             {"threads"},
+             {"ignore-eos", 0, false},
+             {"device"},
+             {"kv-type"},
+             {"precision"},
+             {"json", 0, false},
+             {"context-shift", 0, false}},
             0);
   args.parse(argv);
   const bool resume = args.has("resume");
@@ -202,7 +214,7 @@ int run_generate(const std::vector<std::string>& argv) {
   if (auto text = args.value("prompt"))
     prompt_text = *text == "-" ? read_file("-", "prompt") : *text;
 
-  const ModelPtr model = load_model(path, device_option(args), threads);
+  const ModelPtr model = load_model(path, device_options(args), threads);
   if (args.has("prompt")) prompt = tokenize(model.get(), prompt_text, !resume);
   if (!resume && prompt.empty()) throw RuntimeFailure("the prompt gives no tokens");
   const int32_t model_context = photon_model_context_length(model.get());
@@ -282,6 +294,7 @@ int run_generate(const std::vector<std::string>& argv) {
     out["prompt_tokens"] = prompt.size();
     out["mode"] = mode_name(photon_session_mode(session.get()));
     out["device"] = photon_model_device(model.get());
+    out["precision"] = photon_model_precision(model.get());
     out["kv_type"] = dtype_name(photon_session_kv_type(session.get()));
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
@@ -332,13 +345,16 @@ const Command kGenerateCommand = {
     "  --device DEV         cpu (default), cuda, cuda:N (GPU N) or auto (a GPU when one is\n"
     "                       usable, else the CPU); on a GPU, bf16 weights and the whole --ctx\n"
     "                       in device memory\n"
+    "  --precision P        exact or bf16: activations enter products in f32, or rounded to\n"
+    "                       bf16 (default: the device's, exact on the CPU, bf16 on a GPU)\n"
     "  --threads N          compute with at most N threads (default: every core)\n"
     "  --save-session FILE  save the session's state at the end (resume it with --resume)\n"
     "  --resume FILE        continue a saved session: its mode, context, kv type and sampler\n"
     "                       settings apply, sampling flags given here override them; -p /\n"
     "                       --tokens add more prompt first (no BOS)\n"
     "  --json               after the text, one JSON line: text (the generated text), tokens,\n"
-    "                       logprobs, stop_reason, prompt_tokens, mode, device, kv_type\n",
+    "                       logprobs, stop_reason, prompt_tokens, mode, device, precision,\n"
+    "                       kv_type\n",
     run_generate};
 
 }  // namespace photon::cli

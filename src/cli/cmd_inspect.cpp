@@ -175,7 +175,7 @@ int run_inspect(const std::vector<std::string>& argv) {
   }
   const std::string path = args.positionals().empty() ? model_path(args) : args.positionals()[0];
   const bool verify = args.has("verify");
-  ModelPtr model = load_model(path, "cpu", 0, verify);
+  ModelPtr model = load_model(path, {}, 0, verify);
 
   if (auto out = args.value("extract-tokenizer")) {
     const std::string bytes = tokenizer_model(model.get());

@@ -27,6 +27,7 @@ int run_score(const std::vector<std::string>& argv) {
              {"prompt-tokens"},
              {"stride"},
              {"device"},
+             {"precision"},
              {"threads"},
              {"json", 0, false}},
             0);
@@ -47,7 +48,7 @@ int run_score(const std::vector<std::string>& argv) {
   // Read the text before loading the model so that a missing file fails fast.
   const std::string text = args.has("file") ? read_file(*args.value("file"), "text") : "";
 
-  ModelPtr model = load_model(path, device_option(args), threads);
+  ModelPtr model = load_model(path, device_options(args), threads);
   if (args.has("file")) tokens = tokenize(model.get(), text, true);
   if (tokens.empty()) throw RuntimeFailure("nothing to score: the text gives no tokens");
   const int64_t context = photon_model_context_length(model.get());
@@ -126,7 +127,8 @@ int run_score(const std::vector<std::string>& argv) {
 const Command kScoreCommand = {
     "score", "log-probabilities, NLL and perplexity of a text or token ids",
     "usage: photon score -m M.photon (--tokens 1,2,3 | -f text.txt) [--mode MODE]\n"
-    "                    [--prompt-tokens K] [--stride S] [--device DEV] [--threads N] [--json]\n"
+    "                    [--prompt-tokens K] [--stride S] [--device DEV] [--precision P]\n"
+    "                    [--threads N] [--json]\n"
     "\n"
     "Scores a sequence: the log-probability of every token given the ones before it (the first\n"
     "token is not predicted). NLL = -sum of the logprobs; perplexity = exp(NLL / (T - 1)) over T\n"
@@ -147,6 +149,8 @@ const Command kScoreCommand = {
     "  --stride S           tokens between the starts of sliding windows, below the context\n"
     "                       (default: half the model's context)\n"
     "  --device DEV         cpu (default), cuda, cuda:N or auto (a GPU when one is usable)\n"
+    "  --precision P        exact or bf16: activations enter products in f32, or rounded to\n"
+    "                       bf16 (default: the device's, exact on the CPU, bf16 on a GPU)\n"
     "  --threads N          compute with at most N threads (default: every core)\n"
     "  --json               one JSON object: tokens, logprobs (null first), predicted, nll,\n"
     "                       perplexity, context, windows, stride (null for one window)\n",

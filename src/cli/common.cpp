@@ -41,8 +41,8 @@ std::string model_path(const Args& args) {
   throw UsageError("no model given: pass -m MODEL or set PHOTON_MODEL");
 }
 
-std::string device_option(const Args& args) {
-  return args.value("device").value_or("cpu");
+DeviceOptions device_options(const Args& args) {
+  return {args.value("device").value_or("cpu"), args.value("precision").value_or("")};
 }
 
 int32_t parse_threads(const Args& args) {
@@ -53,12 +53,15 @@ int32_t parse_threads(const Args& args) {
   return threads;
 }
 
-ModelPtr load_model(const std::string& path, const std::string& device, int32_t threads,
+ModelPtr load_model(const std::string& path, const DeviceOptions& device, int32_t threads,
                     bool verify) {
   photon_load_options* raw_options = nullptr;
   check(photon_load_options_create(&raw_options), "cannot create load options");
   LoadOptionsPtr options(raw_options);
-  check_setting(photon_load_options_set_device(options.get(), device.c_str()), "--device");
+  check_setting(photon_load_options_set_device(options.get(), device.device.c_str()), "--device");
+  if (!device.precision.empty())
+    check_setting(photon_load_options_set_precision(options.get(), device.precision.c_str()),
+                  "--precision");
   check_setting(photon_load_options_set_threads(options.get(), threads), "--threads");
   check(photon_load_options_set_verify(options.get(), verify ? 1 : 0), "cannot set --verify");
   ProgressBar bar("loading");

@@ -45,18 +45,24 @@ using LoadOptionsPtr = std::unique_ptr<photon_load_options, PhotonDeleter>;
 
 // The model named by -m / --model, else $PHOTON_MODEL; UsageError when neither is set.
 std::string model_path(const Args& args);
-// Loads a model onto a device ("cpu", "auto", "cuda", "cuda:N": --device) computing with at most
-// `threads` CPU threads (photon_load_options_set_threads; 0: every core), with a progress bar when
-// stderr is a terminal; `verify` reads every weight (photon_load_options_set_verify). A device
-// that is not one of those is a UsageError naming --device.
-ModelPtr load_model(const std::string& path, const std::string& device = "cpu", int32_t threads = 0,
+// Where a model computes and how its products round: --device ("cpu", "auto", "cuda", "cuda:N")
+// and --precision ("exact", "bf16"; empty: the device's default).
+struct DeviceOptions {
+  std::string device = "cpu";
+  std::string precision;
+};
+// Loads a model onto a device computing with at most `threads` CPU threads
+// (photon_load_options_set_threads; 0: every core), with a progress bar when stderr is a
+// terminal; `verify` reads every weight (photon_load_options_set_verify). A device or precision
+// that is not one of those is a UsageError naming --device or --precision.
+ModelPtr load_model(const std::string& path, const DeviceOptions& device = {}, int32_t threads = 0,
                     bool verify = false);
 // The model's embedded sentencepiece model (photon_model_tokenizer_model).
 std::string tokenizer_model(const photon_model* model);
 // Writes `data` to `path` (through "<path>.tmp", renamed); RuntimeFailure naming `what` and path.
 void write_file(const std::string& path, const std::string& data, const std::string& what);
-// The --device value of a command (default "cpu").
-std::string device_option(const Args& args);
+// The --device (default "cpu") and --precision values of a command.
+DeviceOptions device_options(const Args& args);
 // --threads N (N >= 1), or 0 (the library's default: every core) when not given.
 int32_t parse_threads(const Args& args);
 

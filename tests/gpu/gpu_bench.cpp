@@ -194,23 +194,28 @@ void run() {
         b.time_attention(as<float>(q), {32, 32, 52}, DType::F32, segments, as<float>(out));
     b.row("attention windows f32 KV", "1024 x 5 rows", t, 4.0 * windows * rows * kv_dim * 4, 0);
   }
-  // bf16 linear layers: the FFN up projection and the LM head, weights rotated past L2.
-  Gemm gemm(size_t{32} << 20);
-  for (const auto& [in, out, name] :
-       {std::tuple{1664, 4096, "ffn up 4096 x 1664"}, {1664, 32000, "lm head 32000 x 1664"}}) {
-    const size_t weight = size_t(in) * out;
-    const int copies = static_cast<int>(std::max<size_t>(1, 3 * info.l2_bytes / (weight * 2) + 1));
-    std::vector<DeviceBuffer> weights;
-    for (int c = 0; c < copies; ++c) weights.push_back(b.random(weight, true, 0.05f));
-    for (int n : {1, 16, 64, 256, 2048}) {
-      DeviceBuffer x = b.random(size_t(n) * in, false);
-      DeviceBuffer y(size_t(n) * out * 4, "linear out");
-      const double t = b.time([&](int i) {
-        const WeightMatrix w{weights[i % copies].data(), DType::BF16, out, in};
-        gemm.linear(as<float>(x), n, w, nullptr, as<float>(y), false, scratch, s);
-      });
-      b.row("linear bf16", std::string(name) + ", " + std::to_string(n) + " rows", t,
-            2.0 * weight + 4.0 * n * (in + out), 2.0 * n * weight);
+  // bf16 linear layers at both precisions: the FFN up projection and the LM head, weights rotated
+  // past L2.
+  for (const Precision precision : {Precision::Exact, Precision::Bf16}) {
+    Gemm gemm(size_t{32} << 20, precision);
+    for (const auto& [in, out, name] :
+         {std::tuple{1664, 4096, "ffn up 4096 x 1664"}, {1664, 32000, "lm head 32000 x 1664"}}) {
+      const size_t weight = size_t(in) * out;
+      const int copies =
+          static_cast<int>(std::max<size_t>(1, 3 * info.l2_bytes / (weight * 2) + 1));
+      std::vector<DeviceBuffer> weights;
+      for (int c = 0; c < copies; ++c) weights.push_back(b.random(weight, true, 0.05f));
+      for (int n : {1, 16, 64, 256, 2048}) {
+        DeviceBuffer x = b.random(size_t(n) * in, false);
+        DeviceBuffer y(size_t(n) * out * 4, "linear out");
+        const double t = b.time([&](int i) {
+          const WeightMatrix w{weights[i % copies].data(), DType::BF16, out, in};
+          gemm.linear(as<float>(x), n, w, nullptr, as<float>(y), false, scratch, s);
+        });
+        b.row(std::string("linear bf16 weights, ") + precision_name(precision),
+              std::string(name) + ", " + std::to_string(n) + " rows", t,
+              2.0 * weight + 4.0 * n * (in + out), 2.0 * n * weight);
+      }
     }
   }
   {  // Sampling 64 rows of 32000 logits.

@@ -16,12 +16,14 @@ namespace photon::gpu_test {
 
 // The CUDA backend on device 0; PHOTON_ERR_UNSUPPORTED "no CUDA device: <why>" without a device.
 // With one, any failure to make it is the test's failure.
-inline std::unique_ptr<Backend> cuda_backend(bool exact_f32 = false) {
+inline std::unique_ptr<Backend> cuda_backend(bool exact_f32 = false,
+                                             Precision precision = Precision::Exact) {
   std::string reason;
   if (cuda::device_count(&reason) == 0) fail(PHOTON_ERR_UNSUPPORTED, "no CUDA device: " + reason);
   DeviceChoice choice;
   choice.kind = DeviceChoice::Kind::Cuda;
   choice.exact_f32 = exact_f32;
+  choice.precision = precision;
   return make_backend(choice);
 }
 

@@ -1,9 +1,11 @@
 // Whole models on the GPU against the CPU engine, through the public API (the CUDA backend as the
-// module libphoton-cuda.so, loaded as a user's program loads it): log-probabilities of random
-// models of every architecture within 5e-2 with bf16 weights and 1e-3 with f32 weights kept in
-// f32; greedy tokens of the shipped trained model; batched == alone; sessions saved on one device
-// and continued on the other; 1,000 sessions created and freed with flat device memory; a context
-// too large for the device is PHOTON_ERR_OUT_OF_MEMORY with the model still usable.
+// module libphoton-cuda.so, loaded as a user's program loads it), at both precisions, each against
+// the CPU at the same precision: log-probabilities of random models of every architecture within
+// 5e-2 with bf16 weights and 1e-3 with f32 weights kept in f32; the shipped trained model's greedy
+// tokens (exact) and its perplexity and greedy tokens against the CPU's exact ones (bf16: within
+// 1% and 90%); batched == alone; sessions saved on one device and continued on the other; 1,000
+// sessions created and freed with flat device memory; a context too large for the device is
+// PHOTON_ERR_OUT_OF_MEMORY with the model still usable.
 #include "test_models.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +21,7 @@
 #include "backend/cuda/runtime.h"
 #include "photon.h"
 #include "test_generated.h"
+#include "trained_model_quality.h"
 
 namespace {
 
@@ -48,10 +51,14 @@ bool have_device(std::string* reason) {
     if (!have_device(&reason)) GTEST_SKIP() << "no CUDA device: " << reason; \
   } while (0)
 
-ModelPtr load(const std::string& path, const char* device) {
+// precision: null for the device's default (bf16 on a GPU, exact on the CPU).
+ModelPtr load(const std::string& path, const char* device, const char* precision = nullptr) {
   photon_load_options* options = nullptr;
   EXPECT_EQ(photon_load_options_create(&options), PHOTON_OK);
   EXPECT_EQ(photon_load_options_set_device(options, device), PHOTON_OK);
+  if (precision) {
+    EXPECT_EQ(photon_load_options_set_precision(options, precision), PHOTON_OK);
+  }
   photon_model* model = nullptr;
   EXPECT_EQ(photon_model_load(path.c_str(), options, &model), PHOTON_OK) << photon_last_error();
   photon_load_options_free(options);
@@ -63,6 +70,7 @@ ModelPtr load_exact(const std::string& path) {
   photon::DeviceChoice choice;
   choice.kind = photon::DeviceChoice::Kind::Cuda;
   choice.exact_f32 = true;
+  choice.precision = photon::Precision::Exact;
   auto handle = std::make_unique<photon_model>();
   handle->model = photon::Model::load(path, {}, choice);
   handle->device = handle->model->backend().name();
@@ -125,6 +133,14 @@ std::vector<int32_t> sequence(int length, int vocab, int salt) {
   return tokens;
 }
 
+// One comparison of a GPU model with the CPU: the file, both models, and the bound.
+struct Comparison {
+  std::string name;
+  ModelPtr cpu, gpu;
+  double tolerance;
+  bool exact;  // f32 weights kept in f32: the same greedy path throughout
+};
+
 // Param: 0 vanilla, else the number of PHOTON levels.
 class GpuModels : public ::testing::TestWithParam<int> {
  protected:
@@ -149,6 +165,22 @@ class GpuModels : public ::testing::TestWithParam<int> {
     std::remove(f32_path_.c_str());
     std::remove(bf16_path_.c_str());
   }
+  // bf16 weights at exact precision, f32 weights kept in f32, bf16 weights at bf16 precision (the
+  // GPU's default), each against the CPU at the same precision.
+  std::vector<Comparison> comparisons() const {
+    std::vector<Comparison> all;
+    all.push_back({bf16_path_ + " exact", load(bf16_path_, "cpu"),
+                   load(bf16_path_, "cuda", "exact"), kBf16Tolerance, false});
+    all.push_back(
+        {f32_path_ + " exact", load(f32_path_, "cpu"), load_exact(f32_path_), kF32Tolerance, true});
+    all.push_back({bf16_path_ + " bf16", load(bf16_path_, "cpu", "bf16"), load(bf16_path_, "cuda"),
+                   kBf16Tolerance, false});
+    for (const Comparison& c : all) {
+      EXPECT_EQ(std::string(photon_model_precision(c.gpu.get())),
+                std::string(photon_model_precision(c.cpu.get())));
+    }
+    return all;
+  }
   std::vector<photon_mode> modes() const {
     if (GetParam() == 0) return {PHOTON_MODE_AUTO};
     if (GetParam() == 1) return {PHOTON_MODE_HIERGEN};
@@ -161,38 +193,32 @@ class GpuModels : public ::testing::TestWithParam<int> {
 };
 
 TEST_P(GpuModels, ScoresMatchTheCpu) {
-  for (const auto& [path, tolerance, exact] :
-       {std::tuple{bf16_path_, kBf16Tolerance, false}, {f32_path_, kF32Tolerance, true}}) {
-    SCOPED_TRACE(path);
-    const ModelPtr cpu = load(path, "cpu");
-    const ModelPtr gpu = exact ? load_exact(path) : load(path, "cuda");
-    ASSERT_TRUE(cpu && gpu);
-    EXPECT_EQ(std::string(photon_model_device(gpu.get())).rfind("cuda:", 0), 0u);
-    const std::vector<float> want = score(cpu.get(), tokens_), got = score(gpu.get(), tokens_);
+  for (const Comparison& c : comparisons()) {
+    SCOPED_TRACE(c.name);
+    ASSERT_TRUE(c.cpu && c.gpu);
+    EXPECT_EQ(std::string(photon_model_device(c.gpu.get())).rfind("cuda:", 0), 0u);
+    const std::vector<float> want = score(c.cpu.get(), tokens_), got = score(c.gpu.get(), tokens_);
     double worst = 0.0;
     for (size_t i = 1; i < want.size(); ++i) {
       ASSERT_TRUE(std::isfinite(got[i])) << "position " << i;
       worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
     }
-    EXPECT_LE(worst, tolerance);
-    std::printf("[          ] %s: max |logprob difference| %.2e over %zu tokens\n", path.c_str(),
+    EXPECT_LE(worst, c.tolerance);
+    std::printf("[          ] %s: max |logprob difference| %.2e over %zu tokens\n", c.name.c_str(),
                 worst, want.size() - 1);
   }
 }
 
 TEST_P(GpuModels, GenerationMatchesTheCpu) {
-  for (const auto& [path, tolerance, exact] :
-       {std::tuple{bf16_path_, kBf16Tolerance, false}, {f32_path_, kF32Tolerance, true}}) {
-    const ModelPtr cpu = load(path, "cpu");
-    const ModelPtr gpu = exact ? load_exact(path) : load(path, "cuda");
+  for (const Comparison& c : comparisons()) {
     for (photon_mode mode : modes()) {
-      SCOPED_TRACE(path + ", mode " + std::to_string(mode));
-      const Generated want = prefill_and_generate(cpu.get(), mode, prompt_, 24);
-      const Generated got = prefill_and_generate(gpu.get(), mode, prompt_, 24);
+      SCOPED_TRACE(c.name + ", mode " + std::to_string(mode));
+      const Generated want = prefill_and_generate(c.cpu.get(), mode, prompt_, 24);
+      const Generated got = prefill_and_generate(c.gpu.get(), mode, prompt_, 24);
       ASSERT_EQ(got.tokens.size(), 24u);
-      const size_t compared = compare_runs(want, got, tolerance);
+      const size_t compared = compare_runs(want, got, c.tolerance);
       // f32 weights: the same greedy path throughout; bf16: at least the first few tokens.
-      EXPECT_GE(compared, exact ? 24u : 4u);
+      EXPECT_GE(compared, c.exact ? 24u : 4u);
     }
   }
 }
@@ -228,51 +254,59 @@ TEST_P(GpuModels, SixteenBitCachesMatchTheCpu) {
 }
 
 // photon_session_prefill_batch and photon_session_generate_batch on the GPU give every session
-// what it gets alone there, with sessions of every kv type in one batch.
+// what it gets alone there, with sessions of every kv type in one batch. At exact precision the
+// same tokens and log-probabilities within 1e-3. At bf16 precision a batch's GEMMs may sum in
+// another order than a session's alone, and a sum that lands on the other side of a bf16 rounding
+// moves what follows by a bf16 unit, so there: the bf16 bound up to the first differing token.
 TEST_P(GpuModels, BatchEqualsAlone) {
-  const ModelPtr gpu = load(bf16_path_, "cuda");
-  std::vector<SessionPtr> batch, alone;
-  std::vector<photon_session*> handles;
-  std::vector<std::vector<int32_t>> prompts;
-  int k = 0;
-  for (photon_mode mode : modes())
-    for (float temperature : {0.0f, 0.9f})
-      for (int p = 0; p < 2; ++p, ++k) {
-        prompts.push_back(sequence(5 + 7 * k, config_.vocab_size, k));
-        const photon_dtype kv_type = k % 3 == 0   ? PHOTON_DTYPE_F32
-                                     : k % 3 == 1 ? PHOTON_DTYPE_BF16
-                                                  : PHOTON_DTYPE_F16;
-        batch.push_back(session(gpu.get(), mode, temperature, 100 + k, 0, kv_type));
-        alone.push_back(session(gpu.get(), mode, temperature, 100 + k, 0, kv_type));
-        ASSERT_EQ(photon_session_prefill(alone.back().get(), prompts.back().data(),
-                                         prompts.back().size()),
-                  PHOTON_OK);
-        handles.push_back(batch.back().get());
+  for (const char* precision : {"exact", "bf16"}) {
+    SCOPED_TRACE(precision);
+    const bool exact = std::string(precision) == "exact";
+    const ModelPtr gpu = load(bf16_path_, "cuda", precision);
+    std::vector<SessionPtr> batch, alone;
+    std::vector<photon_session*> handles;
+    std::vector<std::vector<int32_t>> prompts;
+    int k = 0;
+    for (photon_mode mode : modes())
+      for (float temperature : {0.0f, 0.9f})
+        for (int p = 0; p < 2; ++p, ++k) {
+          prompts.push_back(sequence(5 + 7 * k, config_.vocab_size, k));
+          const photon_dtype kv_type = k % 3 == 0   ? PHOTON_DTYPE_F32
+                                       : k % 3 == 1 ? PHOTON_DTYPE_BF16
+                                                    : PHOTON_DTYPE_F16;
+          batch.push_back(session(gpu.get(), mode, temperature, 100 + k, 0, kv_type));
+          alone.push_back(session(gpu.get(), mode, temperature, 100 + k, 0, kv_type));
+          ASSERT_EQ(photon_session_prefill(alone.back().get(), prompts.back().data(),
+                                           prompts.back().size()),
+                    PHOTON_OK);
+          handles.push_back(batch.back().get());
+        }
+    ASSERT_EQ(photon::testing::prefill_batch(handles, prompts), PHOTON_OK) << photon_last_error();
+    std::vector<Generated> collected(handles.size());
+    ASSERT_EQ(photon_session_generate_batch(handles.data(), handles.size(), 20,
+                                            photon::testing::collect_batch, &collected, nullptr),
+              PHOTON_OK)
+        << photon_last_error();
+    for (size_t i = 0; i < alone.size(); ++i) {
+      const Generated single = generate(alone[i].get(), 20);
+      if (!exact) {
+        EXPECT_GE(compare_runs(single, collected[i], kBf16Tolerance), 4u) << "session " << i;
+        continue;
       }
-  ASSERT_EQ(photon::testing::prefill_batch(handles, prompts), PHOTON_OK) << photon_last_error();
-  std::vector<Generated> collected(handles.size());
-  ASSERT_EQ(photon_session_generate_batch(handles.data(), handles.size(), 20,
-                                          photon::testing::collect_batch, &collected, nullptr),
-            PHOTON_OK)
-      << photon_last_error();
-  for (size_t i = 0; i < alone.size(); ++i) {
-    const Generated single = generate(alone[i].get(), 20);
-    EXPECT_EQ(collected[i].tokens, single.tokens) << "session " << i;
-    for (size_t j = 0; j < single.logprobs.size() && j < collected[i].logprobs.size(); ++j)
-      EXPECT_NEAR(collected[i].logprobs[j], single.logprobs[j], 1e-3) << i << ", " << j;
+      EXPECT_EQ(collected[i].tokens, single.tokens) << "session " << i;
+      for (size_t j = 0; j < single.logprobs.size() && j < collected[i].logprobs.size(); ++j)
+        EXPECT_NEAR(collected[i].logprobs[j], single.logprobs[j], 1e-3) << i << ", " << j;
+    }
   }
 }
 
 // A state saved on one device restores on the other and continues as it would have on the first,
 // within the tolerance of the two devices' arithmetic.
 TEST_P(GpuModels, SessionsMoveBetweenCpuAndGpu) {
-  for (const auto& [path, tolerance, exact] :
-       {std::tuple{bf16_path_, kBf16Tolerance, false}, {f32_path_, kF32Tolerance, true}}) {
-    const ModelPtr cpu = load(path, "cpu");
-    const ModelPtr gpu = exact ? load_exact(path) : load(path, "cuda");
+  for (const Comparison& c : comparisons()) {
     for (photon_mode mode : modes())
-      for (const photon_model* from : {cpu.get(), gpu.get()}) {
-        SCOPED_TRACE(path + ", mode " + std::to_string(mode) + ", saved on " +
+      for (const photon_model* from : {c.cpu.get(), c.gpu.get()}) {
+        SCOPED_TRACE(c.name + ", mode " + std::to_string(mode) + ", saved on " +
                      photon_model_device(from));
         SessionPtr original = session(from, mode);
         ASSERT_EQ(photon_session_prefill(original.get(), prompt_.data(), prompt_.size()),
@@ -286,7 +320,7 @@ TEST_P(GpuModels, SessionsMoveBetweenCpuAndGpu) {
             << photon_last_error();
         Generated continued[2];
         int d = 0;
-        for (const photon_model* to : {cpu.get(), gpu.get()}) {
+        for (const photon_model* to : {c.cpu.get(), c.gpu.get()}) {
           photon_session* restored = nullptr;
           ASSERT_EQ(photon_session_restore(to, state.data(), size, &restored), PHOTON_OK)
               << photon_last_error();
@@ -294,7 +328,7 @@ TEST_P(GpuModels, SessionsMoveBetweenCpuAndGpu) {
           continued[d++] = generate(restored, 10);
           photon_session_free(restored);
         }
-        EXPECT_GE(compare_runs(continued[0], continued[1], tolerance), exact ? 10u : 2u);
+        EXPECT_GE(compare_runs(continued[0], continued[1], c.tolerance), c.exact ? 10u : 2u);
       }
   }
 }
@@ -305,28 +339,15 @@ INSTANTIATE_TEST_SUITE_P(Architectures, GpuModels, ::testing::Values(0, 1, 2, 3)
                                                     : "photon_L" + std::to_string(levels.param);
                          });
 
-// The shipped trained model: greedy tokens equal the CPU's for the first 32 positions in at
-// least 18 of 20 prompts.
+// The shipped trained model at exact precision: greedy tokens equal the CPU's for the first 32
+// positions in at least 18 of 20 prompts.
 TEST(GpuTrainedModel, GreedyTokensMatchTheCpu) {
   REQUIRE_DEVICE();
-  const std::string path = PHOTON_SOURCE_DIR "/models/photon-kjv.photon";
-  const ModelPtr cpu = load(path, "cpu"), gpu = load(path, "cuda");
-  const char* prompts[] = {
-      "In the beginning",    "And God said",         "The LORD is my shepherd",
-      "Blessed are the",     "And it came to pass",  "For God so loved",
-      "Now the serpent was", "And the earth was",    "Honour thy father",
-      "Thou shalt not",      "And Moses said unto",  "Then Jesus said unto them",
-      "The heavens declare", "Wisdom is the",        "And he went up",
-      "Behold, I stand at",  "In my Father's house", "And the children of Israel",
-      "Let there be",        "Vanity of vanities"};
+  const std::string& path = photon::testing::kTrainedModelPath;
+  const ModelPtr cpu = load(path, "cpu"), gpu = load(path, "cuda", "exact");
   int equal = 0;
-  for (const char* text : prompts) {
-    std::vector<int32_t> prompt(256);
-    size_t n = 0;
-    ASSERT_EQ(photon_model_tokenize(cpu.get(), text, std::strlen(text), 1, prompt.data(),
-                                    prompt.size(), &n),
-              PHOTON_OK);
-    prompt.resize(n);
+  for (const std::string& text : photon::testing::kTrainedModelPrompts) {
+    const std::vector<int32_t> prompt = photon::testing::tokenize_text(cpu.get(), text);
     const Generated want = prefill_and_generate(cpu.get(), PHOTON_MODE_AUTO, prompt, 32);
     const Generated got = prefill_and_generate(gpu.get(), PHOTON_MODE_AUTO, prompt, 32);
     if (want.tokens == got.tokens) {
@@ -334,11 +355,31 @@ TEST(GpuTrainedModel, GreedyTokensMatchTheCpu) {
     } else {
       size_t first = 0;
       while (first < want.tokens.size() && want.tokens[first] == got.tokens[first]) ++first;
-      std::printf("[          ] \"%s\": first difference at position %zu\n", text, first);
+      std::printf("[          ] \"%s\": first difference at position %zu\n", text.c_str(), first);
     }
   }
   std::printf("[          ] %d of 20 prompts: 32 greedy tokens equal\n", equal);
   EXPECT_GE(equal, 18);
+}
+
+// The shipped trained model at bf16 precision, the GPU's default, against the CPU's exact
+// computation, as users judge such modes: the perplexity of a held passage within 1%, greedy
+// tokens equal at >= 90% of 64 positions after each of 20 prompts.
+TEST(GpuTrainedModel, Bf16KeepsTheQualityOfTheCpu) {
+  REQUIRE_DEVICE();
+  const std::string& path = photon::testing::kTrainedModelPath;
+  const ModelPtr cpu = load(path, "cpu"), gpu = load(path, "cuda");
+  ASSERT_STREQ(photon_model_precision(gpu.get()), "bf16");
+  const double want = photon::testing::perplexity(cpu.get(), photon::testing::kTrainedModelPassage);
+  const double got = photon::testing::perplexity(gpu.get(), photon::testing::kTrainedModelPassage);
+  EXPECT_LE(std::fabs(got / want - 1.0), 0.01) << "CPU exact " << want << ", GPU bf16 " << got;
+  const photon::testing::GreedyAgreement agreement =
+      photon::testing::greedy_agreement(cpu.get(), gpu.get(), 64);
+  EXPECT_GE(agreement.fraction(), 0.9);
+  std::printf(
+      "[          ] perplexity CPU exact %.4f, GPU bf16 %.4f; greedy tokens equal %.1f%% "
+      "(%d of 20 prompts identical)\n",
+      want, got, 100.0 * agreement.fraction(), agreement.identical);
 }
 
 // Create and free a thousand sessions (each prefilled): the device's free memory ends where the

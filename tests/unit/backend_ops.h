@@ -59,6 +59,8 @@ struct BackendUnderTest {
   std::string skip_prefix{};  // put before the message of a skip
   // The oracle itself: checked against the double-precision references instead.
   bool oracle = false;
+  // How its products compute; the oracle computes the same way.
+  Precision precision = Precision::Exact;
   // The storage types of weight matrices that it computes (another is refused at weight()).
   std::vector<DType> weight_types{DType::F32, DType::BF16, DType::F16, DType::Q8};
   // How close to the oracle each op comes, for weights (or caches) of `dtype` and `rows` rows.

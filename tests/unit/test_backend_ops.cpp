@@ -35,7 +35,8 @@ void BackendOps::SetUp() {
     if (e.status() != entry.skip_status) throw;
     GTEST_SKIP() << entry.skip_prefix << e.what();
   }
-  if (!entry.oracle) oracle_ = std::make_unique<cpu::CpuBackend>(0, cpu::CpuKernels::Portable);
+  if (!entry.oracle)
+    oracle_ = std::make_unique<cpu::CpuBackend>(0, cpu::CpuKernels::Portable, entry.precision);
 }
 
 namespace {

@@ -60,8 +60,9 @@ WeightMatrix matrix(const Tensor& w) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(int threads, CpuKernels kernels)
-    : threads_(threads > 0 ? threads : available_cores()),
+CpuBackend::CpuBackend(int threads, CpuKernels kernels, Precision precision)
+    : Backend(precision),
+      threads_(threads > 0 ? threads : available_cores()),
       kernels_(kernels),
       functions_(kernel_functions(kernels)) {}
 
@@ -109,17 +110,29 @@ void CpuBackend::do_rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, f
   cpu::rmsnorm(host(x), host(w), host(y), rows_of(x), cols_of(x), eps, threads_);
 }
 
+const float* CpuBackend::product_input(const Tensor& x) {
+  if (precision_ == Precision::Exact) return host(x);
+  // Bf16: the products' input rounded to bf16, kept as f32 values (exact in f32), so that the
+  // kernels multiply bf16(x) by the weights in f32 as a GPU's bf16 tensor cores do.
+  thread_local std::vector<float> rounded;
+  const size_t n = static_cast<size_t>(x.rows) * static_cast<size_t>(x.cols);
+  if (rounded.size() < n) rounded.resize(n);
+  const float* in = host(x);
+  for (size_t i = 0; i < n; ++i) rounded[i] = bf16_to_f32(f32_to_bf16(in[i]));
+  return rounded.data();
+}
+
 void CpuBackend::do_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
                            bool accumulate) {
-  cpu::linear(host(x), rows_of(x), matrix(w), bias ? host(*bias) : nullptr, host(y), accumulate,
-              functions_, threads_);
+  cpu::linear(product_input(x), rows_of(x), matrix(w), bias ? host(*bias) : nullptr, host(y),
+              accumulate, functions_, threads_);
 }
 
 void CpuBackend::do_linear_group(const Tensor& x, std::span<const LinearOut> outs) {
   std::vector<Product> products;
   products.reserve(outs.size());
   for (const LinearOut& o : outs) products.push_back({matrix(o.w), host(o.y), o.accumulate});
-  cpu::linear_group(host(x), rows_of(x), products, functions_, threads_);
+  cpu::linear_group(product_input(x), rows_of(x), products, functions_, threads_);
 }
 
 void CpuBackend::do_rope_table(std::span<const int64_t> positions, int head_dim, float theta,
@@ -179,8 +192,8 @@ void CpuBackend::do_logprobs(const Tensor& logits, std::span<const int32_t> targ
 
 namespace photon {
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) {
-  return std::make_unique<cpu::CpuBackend>(threads, cpu::default_cpu_kernels());
+std::unique_ptr<Backend> make_cpu_backend(int threads, Precision precision) {
+  return std::make_unique<cpu::CpuBackend>(threads, cpu::default_cpu_kernels(), precision);
 }
 
 }  // namespace photon

@@ -17,8 +17,9 @@ class CpuBackend final : public Backend {
  public:
   // threads: the most threads one call may compute with (the calling thread included); 0 or less
   // for every core the process may run on. kernels: PHOTON_ERR_UNSUPPORTED where this processor
-  // lacks them.
-  CpuBackend(int threads, CpuKernels kernels);
+  // lacks them. precision: Bf16 rounds the input of every product to bf16 first (the same
+  // function as a GPU's bf16 products, in f32 arithmetic; no faster here).
+  CpuBackend(int threads, CpuKernels kernels, Precision precision = Precision::Exact);
 
   std::string name() const override { return "cpu"; }
   // The blocked kernels are at speed by a few hundred rows.
@@ -50,6 +51,10 @@ class CpuBackend final : public Backend {
   void do_sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
                  float* logprobs) override;
   void do_logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) override;
+
+  // x's values as the products take them: x itself (Exact), or a copy rounded to bf16 on this
+  // thread, valid until its next call.
+  const float* product_input(const Tensor& x);
 
   int threads_;
   CpuKernels kernels_;

@@ -132,7 +132,7 @@ CudaBackend::Lock::~Lock() {
 }
 
 CudaBackend::CudaBackend(const CudaOptions& options)
-    : device_(options.ordinal), exact_f32_(options.exact_f32) {
+    : Backend(options.precision), device_(options.ordinal), exact_f32_(options.exact_f32) {
   int pools = 0;
   PHOTON_CUDA_CHECK(
       cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device_.info().ordinal));
@@ -150,7 +150,7 @@ CudaBackend::CudaBackend(const CudaOptions& options)
     // driver (pool_allocate trims the pool when the device is full).
     uint64_t keep = std::numeric_limits<uint64_t>::max();
     PHOTON_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep));
-    gemm_ = std::make_unique<Gemm>(kGemmWorkspace);
+    gemm_ = std::make_unique<Gemm>(kGemmWorkspace, options.precision);
     scratch_ = Arena(kInitialScratch, "CUDA backend scratch");
     memory_.add(kGemmWorkspace + scratch_.capacity());
     pinned_ = std::make_unique<PinnedHost>(kInitialPinned);

@@ -48,6 +48,7 @@ inline float* f32(const Tensor& t) {
 struct CudaOptions {
   int ordinal = 0;
   bool exact_f32 = false;  // DeviceChoice::exact_f32
+  Precision precision = Precision::Bf16;
 };
 
 // Not final: the module derives the backend it hands to libphoton from it (module.cpp).

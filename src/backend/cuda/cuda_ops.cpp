@@ -66,7 +66,7 @@ void CudaBackend::do_linear(const Tensor& x, const Tensor& w, const Tensor* bias
   if (x.rows == 0 || w.rows == 0) return;
   Lock lock(*this, "linear");
   const WeightMatrix weights = matrix(w);
-  reserve_scratch(Gemm::scratch_bytes(as_int(x.rows), weights), 2);
+  reserve_scratch(gemm_->scratch_bytes(as_int(x.rows), weights), 2);
   gemm_->linear(f32(x), as_int(x.rows), weights, bias ? f32(*bias) : nullptr, f32(y), accumulate,
                 scratch_, stream());
 }
@@ -81,7 +81,7 @@ void CudaBackend::do_linear_group(const Tensor& x, std::span<const LinearOut> ou
     products.push_back({matrix(o.w), f32(o.y), o.accumulate});
   }
   if (products.empty()) return;
-  reserve_scratch(Gemm::scratch_bytes(as_int(x.rows), products), 2);
+  reserve_scratch(gemm_->scratch_bytes(as_int(x.rows), products), 2);
   gemm_->linear_group(f32(x), as_int(x.rows), products, scratch_, stream());
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/round_activations.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/split_activations.h"
 
@@ -70,7 +71,8 @@ void set_preference(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAtt
 
 }  // namespace
 
-Gemm::Gemm(size_t workspace_bytes) : workspace_(workspace_bytes, "cuBLASLt workspace") {
+Gemm::Gemm(size_t workspace_bytes, Precision precision)
+    : precision_(precision), workspace_(workspace_bytes, "cuBLASLt workspace") {
   PHOTON_CUBLAS_CHECK(cublasLtCreate(&handle_));
 }
 
@@ -129,9 +131,11 @@ namespace {
 // for both terms.
 constexpr int kTwoProductRows = 256;
 
-// Scratch per row of x for products of width `cols` with at most `widest` outputs: the two-term
-// operand, and for the stacked GEMM the partial products of one product at a time.
-size_t scratch_per_row(int n, int cols, int widest) {
+// Scratch per row of x for products of width `cols` with at most `widest` outputs: the rounded
+// operand (one term), or the two-term operand and, for the stacked GEMM, the partial products of
+// one product at a time.
+size_t scratch_per_row(Precision precision, int n, int cols, int widest) {
+  if (precision == Precision::Bf16) return static_cast<size_t>(cols) * 2;
   const size_t operand = 2 * static_cast<size_t>(cols) * 2;
   return n >= kTwoProductRows ? operand : operand + 2 * static_cast<size_t>(widest) * 4;
 }
@@ -144,21 +148,22 @@ int widest(std::span<const Product> products) {
 
 // Rows split per GEMM, so that the scratch of one chunk stays within 64 MiB; decode steps are one
 // chunk, long prompts several.
-int split_rows(int n, int cols, int widest) {
+int split_rows(Precision precision, int n, int cols, int widest) {
   constexpr size_t kChunkBytes = size_t{64} << 20;
-  return static_cast<int>(std::clamp<size_t>(kChunkBytes / scratch_per_row(n, cols, widest), 1,
-                                             static_cast<size_t>(n)));
+  return static_cast<int>(std::clamp<size_t>(
+      kChunkBytes / scratch_per_row(precision, n, cols, widest), 1, static_cast<size_t>(n)));
 }
 
 }  // namespace
 
-size_t Gemm::scratch_bytes(int n, std::span<const Product> products) {
+size_t Gemm::scratch_bytes(int n, std::span<const Product> products) const {
   if (n <= 0 || products.empty() || products[0].w.dtype == DType::F32) return 0;
   const int cols = products[0].w.in, most = widest(products);
-  return static_cast<size_t>(split_rows(n, cols, most)) * scratch_per_row(n, cols, most);
+  return static_cast<size_t>(split_rows(precision_, n, cols, most)) *
+         scratch_per_row(precision_, n, cols, most);
 }
 
-size_t Gemm::scratch_bytes(int n, const WeightMatrix& w) {
+size_t Gemm::scratch_bytes(int n, const WeightMatrix& w) const {
   const Product one{w};
   return scratch_bytes(n, {&one, 1});
 }
@@ -213,11 +218,20 @@ void Gemm::products(const float* x, int n, std::span<const Product> group, const
     for (const Product& p : group) product(x, n, p.w, bias, p.y, p.accumulate, stream);
     return;
   }
-  const int rows = split_rows(n, cols, widest(group));
+  const int rows = split_rows(precision_, n, cols, widest(group));
   for (int r0 = 0; r0 < n; r0 += rows) {
     const int count = std::min(rows, n - r0);
     const size_t in = static_cast<size_t>(count) * cols;
     ArenaScope scope(scratch);
+    if (precision_ == Precision::Bf16) {
+      // operand: [count, cols], bf16(x), rounded once for every product.
+      void* operand = scratch.take_bytes(in * 2, "GEMM activations");
+      round_activations(dtype, x + static_cast<size_t>(r0) * cols, in, operand, stream);
+      for (const Product& p : group)
+        product(operand, count, p.w, bias, p.y + static_cast<size_t>(r0) * p.w.out, p.accumulate,
+                stream);
+      continue;
+    }
     // operand: [2 count, cols], hi rows then lo rows, split once for every product.
     char* operand = static_cast<char*>(scratch.take_bytes(2 * in * 2, "GEMM activations"));
     split_activations(dtype, x + static_cast<size_t>(r0) * cols, in, operand, operand + in * 2,

@@ -2,7 +2,10 @@
 // (spec section 2).
 //
 // Precision: activations and outputs are f32; every product accumulates in f32.
-// - bf16 (or f16) weights: x is split into two 16-bit terms, x = hi + lo (split_activations.h), and
+// - bf16 (or f16) weights at Precision::Bf16: x is rounded to bf16 once (round_activations.h) and
+//   one tensor-core GEMM multiplies it, as PyTorch and the serving engines do; half the
+//   tensor-core work of the exact path and no partial products.
+// - bf16 (or f16) weights at Precision::Exact: x is split into two 16-bit terms, x = hi + lo (split_activations.h), and
 //   one tensor-core GEMM multiplies the stacked rows [hi; lo], whose halves are summed. The weights
 //   are read once, so decode (bound by reading weights) costs the same as one 16-bit product, and
 //   prompts twice the tensor-core work. From 256 rows, where the tensor cores bound the product,
@@ -24,6 +27,7 @@
 #include <memory>
 #include <span>
 
+#include "backend/backend.h"
 #include "backend/cuda/buffer.h"
 #include "backend/descriptors.h"
 #include "core/dtype.h"
@@ -34,23 +38,23 @@ namespace photon::cuda {
 // distinct problem, chosen once and reused. Not thread-safe; use one Gemm per stream.
 class Gemm {
  public:
-  explicit Gemm(size_t workspace_bytes);
+  Gemm(size_t workspace_bytes, Precision precision);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
   // x: [n, w.in] f32; y: [n, w.out] f32; bias: [w.out] f32 or null -- all on the device (w in
   // device memory). accumulate adds the product to y. 16-bit weights take scratch_bytes(n, w) of
-  // scratch in two pieces, returned before this returns.
+  // scratch in up to two pieces, returned before this returns.
   void linear(const float* x, int n, const WeightMatrix& w, const float* bias, float* y,
               bool accumulate, Arena& scratch, cudaStream_t stream);
-  static size_t scratch_bytes(int n, const WeightMatrix& w);
+  size_t scratch_bytes(int n, const WeightMatrix& w) const;
   // linear() of one input with several weight matrices of its width, without biases (attention's
-  // Q, K, V; the FFN's gate, up): 16-bit weights of one type split x into its two terms once for
-  // all of them.
+  // Q, K, V; the FFN's gate, up): 16-bit weights of one type round or split x once for all of
+  // them.
   void linear_group(const float* x, int n, std::span<const Product> products, Arena& scratch,
                     cudaStream_t stream);
-  static size_t scratch_bytes(int n, std::span<const Product> products);
+  size_t scratch_bytes(int n, std::span<const Product> products) const;
 
  private:
   struct PlanKey {
@@ -70,6 +74,7 @@ class Gemm {
   void product(const void* operand, int n, const WeightMatrix& w, const float* bias, float* y,
                bool accumulate, cudaStream_t stream);
 
+  const Precision precision_;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;

@@ -174,6 +174,7 @@ extern "C" __attribute__((visibility("default"))) photon_status photon_cuda_back
     photon::cuda::CudaOptions options;
     options.ordinal = request->ordinal;
     options.exact_f32 = request->exact_f32 != 0;
+    options.precision = request->bf16 != 0 ? photon::Precision::Bf16 : photon::Precision::Exact;
     *out = new ModuleBackend(options, request->raise);
     return PHOTON_OK;
   } catch (const photon::Error& e) {

@@ -65,6 +65,7 @@ int run_serve(const std::vector<std::string>& argv) {
              {"kv-type"},
              {"ctx"},
              {"device"},
+             {"precision"},
              {"threads"},
              {"quiet", 0, false}},
             0);
@@ -118,7 +119,8 @@ int run_serve(const std::vector<std::string>& argv) {
   if (auto mode = args.value("mode")) o.mode = parse_mode(*mode);
   if (auto kv = args.value("kv-type")) o.kv_type = parse_kv_type(*kv, "--kv-type");
   o.context = parse_count(args, "ctx", 0, 1);
-  o.device = device_option(args);
+  o.device = device_options(args).device;
+  o.precision = device_options(args).precision;
   o.threads = parse_threads(args);
   o.log_requests = !args.has("quiet");
   try {
@@ -177,6 +179,8 @@ const Command kServeCommand = {
     "  --kv-type T            f32 (default), bf16 or f16 KV caches\n"
     "  --ctx N                each request's context length (default: the model's)\n"
     "  --device DEV           cpu (default), cuda, cuda:N or auto\n"
+    "  --precision P          exact or bf16 products (default: the device's, exact on the CPU,\n"
+    "                         bf16 on a GPU)\n"
     "  --threads N            compute with at most N threads (default: every core)\n"
     "  --quiet                no line on stderr per request\n",
     run_serve};

@@ -349,6 +349,8 @@ class Server final : public RequestHandler {
     std::unique_ptr<photon_load_options, void (*)(photon_load_options*)> load_options(
         lo, photon_load_options_free);
     check(photon_load_options_set_device(lo, options_.device.c_str()), "--device");
+    if (!options_.precision.empty())
+      check(photon_load_options_set_precision(lo, options_.precision.c_str()), "--precision");
     check(photon_load_options_set_threads(lo, options_.threads), "--threads");
     check(photon_load_options_set_progress(lo, &Server::load_progress, this), "progress");
     check(photon_model_load(options_.model_path.c_str(), lo, &out.model),

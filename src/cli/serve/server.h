@@ -36,6 +36,7 @@ struct ServeOptions {
   photon_mode mode = PHOTON_MODE_AUTO;
   photon_dtype kv_type = PHOTON_DTYPE_F32;
   std::string device = "cpu";
+  std::string precision;  // "": the device's default
   int32_t threads = 0;
   std::chrono::milliseconds shutdown_timeout{10000};
   bool log_requests = true;
