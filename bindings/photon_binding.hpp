@@ -88,7 +88,8 @@ inline std::string kv_type_name(photon_dtype kv_type) {
   switch (kv_type) {
     case PHOTON_DTYPE_BF16: return "bf16";
     case PHOTON_DTYPE_F16: return "f16";
-    case PHOTON_DTYPE_F32: break;
+    case PHOTON_DTYPE_F32:
+    case PHOTON_DTYPE_Q8: break;  // q8 stores weights only, never a session's caches
   }
   return "f32";
 }
@@ -227,6 +228,10 @@ class Model {
   explicit Model(const std::string& path) : Model(path, "cpu", 0) {}
   // On a device: "cpu", "cuda", "cuda:N" or "auto" (photon_load_options_set_device).
   Model(const std::string& path, const std::string& device) : Model(path, device, 0) {}
+  // precision: how products of activations and weights compute, "exact" or "bf16"; "" leaves it
+  // to the device ("exact" on the CPU, "bf16" on a GPU). See photon_load_options_set_precision.
+  Model(const std::string& path, const std::string& device, const std::string& precision)
+      : Model(path, device, 0, false, precision) {}
   // threads: the most CPU threads one call computes with (0: every core); see
   // photon_load_options_set_threads.
   Model(const std::string& path, int threads) : Model(path, "cpu", threads) {}
@@ -234,12 +239,18 @@ class Model {
       : Model(path, device, threads, false) {}
   // verify: also read every weight, refusing NaN, infinities and data changed since the file was
   // written (photon_load_options_set_verify).
-  Model(const std::string& path, const std::string& device, int threads, bool verify) {
+  Model(const std::string& path, const std::string& device, int threads, bool verify)
+      : Model(path, device, threads, verify, std::string()) {}
+  Model(const std::string& path, const std::string& device, int threads, bool verify,
+        const std::string& precision) {
     photon_load_options* raw_options = nullptr;
     detail::check(photon_load_options_create(&raw_options));
     const std::unique_ptr<photon_load_options, void (*)(photon_load_options*)> options(
         raw_options, photon_load_options_free);
     detail::check(photon_load_options_set_device(options.get(), device.c_str()));
+    if (!precision.empty()) {
+      detail::check(photon_load_options_set_precision(options.get(), precision.c_str()));
+    }
     detail::check(photon_load_options_set_threads(options.get(), threads));
     detail::check(photon_load_options_set_verify(options.get(), verify ? 1 : 0));
     photon_model* raw = nullptr;
@@ -260,6 +271,8 @@ class Model {
 
   // "cpu" or "cuda:N": where the model runs (photon_model_device).
   std::string device() const { return photon_model_device(shared().get()); }
+  // "exact" or "bf16": how the model's products compute (photon_model_precision).
+  std::string precision() const { return photon_model_precision(shared().get()); }
   std::string arch() const { return photon_model_arch(shared().get()); }
   int levels() const { return photon_model_levels(shared().get()); }
   std::uint64_t parameter_count() const { return photon_model_parameter_count(shared().get()); }

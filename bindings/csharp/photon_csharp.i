@@ -248,6 +248,7 @@ PHOTON_CSHARP_ARRAY(photon_binding::Logprobs, float, floats)
 %csmethodmodifiers CLASS::GETTER "internal";
 %enddef
 PHOTON_CSHARP_GETTER(photon_binding::Model, device, Device)
+PHOTON_CSHARP_GETTER(photon_binding::Model, precision, Precision)
 PHOTON_CSHARP_GETTER(photon_binding::Model, arch, Arch)
 PHOTON_CSHARP_GETTER(photon_binding::Model, levels, Levels)
 PHOTON_CSHARP_GETTER(photon_binding::Model, parameter_count, ParameterCount)
@@ -264,6 +265,8 @@ PHOTON_CSHARP_GETTER(photon_binding::Session, position, Position)
 %typemap(cscode) photon_binding::Model %{
   // "cpu" or "cuda:N": where the model runs.
   public string Device => GetDevice();
+  // "exact" or "bf16": how the model's products compute.
+  public string Precision => GetPrecision();
   public string Arch => GetArch();
   public int Levels => GetLevels();
   public ulong ParameterCount => GetParameterCount();

@@ -116,16 +116,16 @@ type Model struct {
 }
 
 // Load loads and verifies a .photon model file, to run on the CPU with every core.
-func Load(path string) (*Model, error) { return load(path, "cpu", 0, false) }
+func Load(path string) (*Model, error) { return load(path, "cpu", 0, false, "") }
 
 // LoadOn loads and verifies a .photon model file, to run on a device: "cpu", "cuda", "cuda:N" or
-// "auto" (a GPU when one is usable, else the CPU).
-func LoadOn(path, device string) (*Model, error) { return load(path, device, 0, false) }
+// "auto" (a GPU when one is usable, else the CPU). LoadWith also sets the precision.
+func LoadOn(path, device string) (*Model, error) { return load(path, device, 0, false, "") }
 
 // LoadWithThreads loads a model that computes on the CPU with at most threads threads per call
 // (0: every core). Goroutines that each drive their own sessions can give 1 to use one core each.
 func LoadWithThreads(path string, threads int) (*Model, error) {
-	return load(path, "cpu", threads, false)
+	return load(path, "cpu", threads, false, "")
 }
 
 // LoadOptions are the settings of LoadWith; the zero value holds the defaults.
@@ -133,6 +133,9 @@ type LoadOptions struct {
 	Device  string // "cpu" (or ""), "cuda", "cuda:N" or "auto"
 	Threads int    // the most CPU threads one call computes with; 0: every core
 	Verify  bool   // also read every weight, refusing NaN, infinities and changed data
+	// Precision is how products of activations and weights compute: "exact" or "bf16"; ""
+	// leaves it to the device ("exact" on the CPU, "bf16" on a GPU).
+	Precision string
 }
 
 // LoadWith loads and verifies a .photon model file with options.
@@ -141,15 +144,17 @@ func LoadWith(path string, options LoadOptions) (*Model, error) {
 	if device == "" {
 		device = "cpu"
 	}
-	return load(path, device, options.Threads, options.Verify)
+	return load(path, device, options.Threads, options.Verify, options.Precision)
 }
 
-func load(path, device string, threads int, verify bool) (*Model, error) {
+func load(path, device string, threads int, verify bool, precision string) (*Model, error) {
 	if err := int32Arg("threads", threads); err != nil {
 		return nil, err
 	}
 	var loaded native.Model
-	if err := call(func() { loaded = native.NewModel(path, device, threads, verify) }); err != nil {
+	if err := call(func() {
+		loaded = native.NewModel(path, device, threads, verify, precision)
+	}); err != nil {
 		return nil, err
 	}
 	m := &Model{native: loaded}
@@ -178,6 +183,9 @@ func modelValue[T any](m *Model, get func(native.Model) T) (value T) {
 
 // Device is where the model runs: "cpu" or "cuda:N".
 func (m *Model) Device() string { return modelValue(m, native.Model.Device) }
+
+// Precision is how the model's products compute: "exact" or "bf16".
+func (m *Model) Precision() string { return modelValue(m, native.Model.Precision) }
 
 // Arch is "photon" or "vanilla".
 func (m *Model) Arch() string { return modelValue(m, native.Model.Arch) }

@@ -13,6 +13,7 @@
 %rename(_ ## GETTER) CLASS::GETTER;
 %enddef
 PHOTON_PYTHON_GETTER(photon_binding::Model, device)
+PHOTON_PYTHON_GETTER(photon_binding::Model, precision)
 PHOTON_PYTHON_GETTER(photon_binding::Model, arch)
 PHOTON_PYTHON_GETTER(photon_binding::Model, levels)
 PHOTON_PYTHON_GETTER(photon_binding::Model, parameter_count)
@@ -38,20 +39,27 @@ PHOTON_PYTHON_GETTER(photon_binding::Session, is_closed)
 %pythonprepend photon_binding::Session::set_sampler %{
     _require(options, SessionOptions, "options")
 %}
-/* One constructor, with the device and threads defaulted here (the others serve the other
-   languages). */
+/* One constructor, with the device, threads and precision defaulted here (the others serve the
+   other languages). */
 %ignore photon_binding::Model::Model(const std::string &);
 %ignore photon_binding::Model::Model(const std::string &, const std::string &);
+%ignore photon_binding::Model::Model(const std::string &, const std::string &,
+                                     const std::string &);
 %ignore photon_binding::Model::Model(const std::string &, int);
 %ignore photon_binding::Model::Model(const std::string &, const std::string &, int);
+%ignore photon_binding::Model::Model(const std::string &, const std::string &, int, bool);
 %feature("shadow")
-photon_binding::Model::Model(const std::string &, const std::string &, int, bool) %{
-    def __init__(self, path, device="cpu", threads=0, verify=False):
+photon_binding::Model::Model(const std::string &, const std::string &, int, bool,
+                             const std::string &) %{
+    def __init__(self, path, device="cpu", threads=0, verify=False, precision=None):
         """Loads and verifies a .photon file (str, bytes or os.PathLike), to run on device:
         "cpu" (the default), "cuda", "cuda:N" or "auto" (a GPU when one is usable); threads: the
         most CPU threads one call computes with (0: every core); verify: also read every weight,
-        refusing NaN, infinities and data changed since the file was written."""
-        _native.Model_swiginit(self, _native.new_Model(path, device, threads, verify))
+        refusing NaN, infinities and data changed since the file was written; precision: how
+        products of activations and weights compute, "exact" or "bf16" (None: the device's
+        default, "exact" on the CPU and "bf16" on a GPU)."""
+        precision = "" if precision is None else precision
+        _native.Model_swiginit(self, _native.new_Model(path, device, threads, verify, precision))
 %}
 %feature("shadow") photon_binding::Model::tokenize %{
     def tokenize(self, text, add_bos=True):
@@ -131,6 +139,7 @@ def _require_callable(on_token):
     __exit__ = _ClosingMixin.__exit__
     closed = property(_is_closed, doc="True once close() has released the model.")
     device = property(_device, doc='Where the model runs: "cpu" or "cuda:N".')
+    precision = property(_precision, doc='How the model\'s products compute: "exact" or "bf16".')
     arch = property(_arch, doc='"photon" or "vanilla".')
     levels = property(_levels, doc="Number of PHOTON levels (0 for vanilla).")
     parameter_count = property(_parameter_count)

@@ -449,6 +449,36 @@ static class BindingTest {
     ExpectError(() => new Model(modelPath, -1), "negative threads", "PHOTON_ERR_INVALID_ARGUMENT");
   }
 
+  // The precision load option: "exact" by default on the CPU; "bf16" rounds activations to bf16
+  // before each product, so its scores stay close to the exact ones (not equal); other text fails,
+  // naming it.
+  static void TestPrecision(Model model, string modelPath) {
+    Check(model.Precision == "exact", "the CPU's default precision: " + model.Precision);
+    int[] ids = model.Tokenize(Prompt);
+    float[] exact = model.Score(ids);
+    using (var bf16 = new Model(modelPath, "cpu", "bf16")) {
+      Check(bf16.Precision == "bf16" && bf16.Device == "cpu",
+            $"precision {bf16.Precision} on {bf16.Device}");
+      float[] rounded = bf16.Score(ids);
+      Check(rounded.Length == exact.Length && float.IsNaN(rounded[0]), "bf16 score's shape");
+      for (int i = 1; i < exact.Length; ++i) {
+        Check(!float.IsNaN(rounded[i]) && !float.IsInfinity(rounded[i])
+                  && Math.Abs(rounded[i] - exact[i]) < 0.5f,
+              $"token {i}: bf16 {rounded[i]} vs {exact[i]}");
+      }
+      using (var session = Prompted(bf16)) {
+        Token[] generated = session.Tokens(4).ToArray();
+        Check(generated.Length == 4 && generated.All(t => t.Logprob <= 0),
+              "a bf16 model generates: " + generated.Length + " tokens");
+      }
+    }
+    using (var chosen = new Model(modelPath, "cpu", 0, false, "exact"))
+      Check(chosen.Precision == "exact", "precision exact: " + chosen.Precision);
+    var e = ExpectError(() => new Model(modelPath, "cpu", "fp8"), "bad precision",
+                        "PHOTON_ERR_INVALID_ARGUMENT");
+    Check(e.Message.Contains("'fp8'"), "the message names the precision: " + e.Message);
+  }
+
   // ---- the serving engine ----------------------------------------------------------------------
 
   const int EngineTokens = 8;
@@ -893,6 +923,8 @@ static class BindingTest {
           Console.WriteLine("ok TestSaveRestore");
           TestThreads(model, modelPath);
           Console.WriteLine("ok TestThreads");
+          TestPrecision(model, modelPath);
+          Console.WriteLine("ok TestPrecision");
         }
         break;
       case "memory":

@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -585,6 +586,39 @@ func testThreads(model *photon.Model, modelPath string) {
 	expectError(err, "negative threads", "PHOTON_ERR_INVALID_ARGUMENT")
 }
 
+// testPrecision: the precision load option, "exact" by default on the CPU; "bf16" rounds
+// activations to bf16 before each product, so its scores stay close to the exact ones (not
+// equal); other text fails, naming it.
+func testPrecision(model *photon.Model, modelPath string) {
+	check(model.Precision() == "exact", "the CPU's default precision: %q", model.Precision())
+	tokens := must(model.Tokenize(prompt, true))
+	exact := must(model.Score(tokens))
+	bf16 := must(photon.LoadWith(modelPath, photon.LoadOptions{Device: "cpu", Precision: "bf16"}))
+	defer bf16.Close()
+	check(bf16.Precision() == "bf16" && bf16.Device() == "cpu", "precision %q on %q",
+		bf16.Precision(), bf16.Device())
+	rounded := must(bf16.Score(tokens))
+	check(len(rounded) == len(exact) && rounded[0] != rounded[0], "bf16 score's shape: %v", rounded)
+	for i := 1; i < len(exact); i++ {
+		r, e := float64(rounded[i]), float64(exact[i])
+		check(!math.IsNaN(r) && !math.IsInf(r, 0) && math.Abs(r-e) < 0.5,
+			"token %d: bf16 %v vs %v", i, r, e)
+	}
+	session := prompted(bf16)
+	defer session.Close()
+	generated := pull(session, 4)
+	check(len(generated) == 4, "a bf16 model generates: %v", generated)
+	for _, token := range generated {
+		check(token.Logprob <= 0, "log probability %v", token)
+	}
+	chosen := must(photon.LoadWith(modelPath, photon.LoadOptions{Precision: "exact"}))
+	check(chosen.Precision() == "exact", "precision exact: %q", chosen.Precision())
+	chosen.Close()
+	_, err := photon.LoadWith(modelPath, photon.LoadOptions{Device: "cpu", Precision: "fp8"})
+	check(strings.Contains(expectError(err, "bad precision", "PHOTON_ERR_INVALID_ARGUMENT").Message,
+		"'fp8'"), "the message names the precision")
+}
+
 func writeContinuation(session *photon.Session, out string) {
 	var text []string
 	for _, id := range ids(pull(session, 8)) {
@@ -619,6 +653,7 @@ func main() {
 			{"testErrors", func() { testErrors(model, modelPath, workdir) }},
 			{"testSaveRestore", func() { testSaveRestore(model, workdir) }},
 			{"testThreads", func() { testThreads(model, modelPath) }},
+			{"testPrecision", func() { testPrecision(model, modelPath) }},
 		} {
 			test.run()
 			fmt.Println("ok", test.name)

@@ -503,6 +503,36 @@ public final class BindingTest {
     expectError(() -> new Model(modelPath, -1), "negative threads", "PHOTON_ERR_INVALID_ARGUMENT");
   }
 
+  // The precision load option: "exact" by default on the CPU; "bf16" rounds activations to bf16
+  // before each product, so its scores stay close to the exact ones (not equal); other text fails,
+  // naming it.
+  static void testPrecision(Model model, String modelPath) {
+    check(model.precision().equals("exact"), "the CPU's default precision: " + model.precision());
+    int[] ids = model.tokenize(PROMPT);
+    float[] exact = model.score(ids);
+    try (Model bf16 = new Model(modelPath, "cpu", "bf16")) {
+      check(bf16.precision().equals("bf16") && bf16.device().equals("cpu"),
+          "precision " + bf16.precision() + " on " + bf16.device());
+      float[] rounded = bf16.score(ids);
+      check(rounded.length == exact.length && Float.isNaN(rounded[0]), "bf16 score's shape");
+      for (int i = 1; i < exact.length; ++i) {
+        check(Float.isFinite(rounded[i]) && Math.abs(rounded[i] - exact[i]) < 0.5f,
+            "token " + i + ": bf16 " + rounded[i] + " vs " + exact[i]);
+      }
+      try (Session session = prompted(bf16)) {
+        List<Token> generated = session.stream(4).collect(Collectors.toList());
+        check(generated.size() == 4 && generated.stream().allMatch(t -> t.logprob() <= 0),
+            "a bf16 model generates: " + generated);
+      }
+    }
+    try (Model chosen = new Model(modelPath, "cpu", 0, false, "exact")) {
+      check(chosen.precision().equals("exact"), "precision exact: " + chosen.precision());
+    }
+    PhotonException e = expectError(() -> new Model(modelPath, "cpu", "fp8"), "bad precision",
+        "PHOTON_ERR_INVALID_ARGUMENT");
+    check(e.getMessage().contains("'fp8'"), "the message names the precision: " + e.getMessage());
+  }
+
   // ---- the serving engine ----------------------------------------------------------------------
 
   static final int ENGINE_TOKENS = 8;
@@ -983,6 +1013,8 @@ public final class BindingTest {
           System.out.println("ok testSaveRestore");
           testThreads(model, modelPath);
           System.out.println("ok testThreads");
+          testPrecision(model, modelPath);
+          System.out.println("ok testPrecision");
         }
       }
       case "memory" -> testMemory(modelPath);

@@ -18,6 +18,7 @@ import ast
 import asyncio
 import gc
 import inspect
+import math
 import os
 import pathlib
 import subprocess
@@ -275,6 +276,31 @@ def test_score(model):
     for token, scored in zip(generated, logprobs[start:]):
         check(abs(token.logprob - scored) < 1e-3, f"score {scored} vs generation {token.logprob}")
     expect_error(lambda: model.score([]), "PHOTON_ERR_INVALID_ARGUMENT", "nothing to score")
+
+
+def test_precision(model, model_path):
+    """The precision load option: "exact" by default on the CPU; "bf16" rounds activations to bf16
+    before each product, so its scores stay close to the exact ones (not equal); other text fails,
+    naming it."""
+    check(model.precision == "exact", f"the CPU's default precision: {model.precision!r}")
+    ids = model.tokenize(PROMPT)
+    exact = model.score(ids)
+    with photon.Model(model_path, device="cpu", precision="bf16") as bf16:
+        check(bf16.precision == "bf16" and bf16.device == "cpu",
+              f"precision {bf16.precision!r} on {bf16.device!r}")
+        rounded = bf16.score(ids)
+        check(len(rounded) == len(exact) and rounded[0] != rounded[0], "bf16 score's shape")
+        for position, (r, e) in enumerate(zip(rounded[1:], exact[1:]), 1):
+            check(math.isfinite(r) and abs(r - e) < 0.5, f"token {position}: bf16 {r} vs {e}")
+        with prompted(bf16) as session:
+            generated = list(session.tokens(4))
+            check(len(generated) == 4 and all(t.logprob <= 0 for t in generated),
+                  f"a bf16 model generates: {generated}")
+    with photon.Model(model_path, precision="exact") as chosen:
+        check(chosen.precision == "exact", f"precision exact: {chosen.precision!r}")
+    error = expect_error(lambda: photon.Model(model_path, "cpu", precision="fp8"),
+                         "PHOTON_ERR_INVALID_ARGUMENT", "precision 'fp8'")
+    check("'fp8'" in str(error), f"the bad precision named: {error}")
 
 
 def windows(n, context, stride):
@@ -968,6 +994,8 @@ def main(argv):
             print("ok test_save_restore")
             test_thread_count(model, model_path)
             print("ok test_thread_count")
+            test_precision(model, model_path)
+            print("ok test_precision")
     elif mode == "memory":
         test_memory(model_path)
     elif mode == "engine":
