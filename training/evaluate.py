@@ -24,7 +24,9 @@ For each model:
 - the final recursive loss and token losses from the run's log (training.train);
 - with --reference NAME (a model given before the others, e.g. the f16 file of the weights that
   the others store as q8): each other model's test perplexity (and RecGen's) over the reference's,
-  and its greedy continuations of the same prompts against the reference's, in every mode.
+  and its greedy continuations of the same prompts against the reference's, in every mode;
+- with --precision NAME=P: that model is loaded at precision P (exact or bf16), e.g. the same file
+  twice, the second at bf16, with the first as the reference.
 """
 
 import argparse
@@ -38,6 +40,21 @@ import tempfile
 import time
 
 import numpy as np
+
+
+class ModelFile:
+    """A model file and the precision it is loaded at (None: the device's default)."""
+
+    def __init__(self, path, precision=None):
+        self.path = pathlib.Path(path)
+        self.precision = precision
+
+    def cli(self):
+        """The CLI flags that load it."""
+        return ["-m", str(self.path)] + (["--precision", self.precision] if self.precision else [])
+
+    def __str__(self):
+        return str(self.path)
 
 
 def run_cli(photon, args):
@@ -58,7 +75,7 @@ def segment_logprobs(photon, model, segments, extra_args):
         path = pathlib.Path(tmp) / "segment.txt"
         for text in segments:
             path.write_text(text, encoding="utf-8")
-            out.append(last_json_line(run_cli(photon, ["score", "-m", str(model), "-f", str(path),
+            out.append(last_json_line(run_cli(photon, ["score", *model.cli(), "-f", str(path),
                                                        "--json", *extra_args]))["logprobs"])
     return out
 
@@ -91,7 +108,7 @@ def recgen_perplexity(photon, model, segments, prompt_tokens, hiergen):
 
 
 def generate_tokens(photon, model, prompt, n, mode):
-    args = ["generate", "-m", str(model), "--tokens", ",".join(map(str, prompt)), "-n", str(n),
+    args = ["generate", *model.cli(), "--tokens", ",".join(map(str, prompt)), "-n", str(n),
             "--mode", mode, "--ignore-eos", "--json"]
     return last_json_line(run_cli(photon, args))["tokens"]
 
@@ -137,7 +154,9 @@ def against_reference(photon, model, reference, result, prompts, n, levels):
                                           reference["recgen"]["perplexity"])
     for mode in ["hiergen"] + (["recgen"] if levels >= 2 else []):
         out[mode] = agreement_of(greedy(photon, model, prompts, n, mode),
-                                 greedy(photon, reference["file"], prompts, n, mode), prompts, n)
+                                 greedy(photon, ModelFile(reference["file"],
+                                                          reference.get("precision")),
+                                        prompts, n, mode), prompts, n)
     return out
 
 
@@ -151,6 +170,9 @@ class Library:
         p = ctypes.c_void_p
         lib.photon_last_error.restype = ctypes.c_char_p
         lib.photon_model_load.argtypes = [ctypes.c_char_p, p, ctypes.POINTER(p)]
+        lib.photon_load_options_create.argtypes = [ctypes.POINTER(p)]
+        lib.photon_load_options_free.argtypes = [p]
+        lib.photon_load_options_set_precision.argtypes = [p, ctypes.c_char_p]
         lib.photon_model_free.argtypes = [p]
         lib.photon_model_levels.argtypes = [p]
         lib.photon_model_parameter_count.argtypes = [p]
@@ -172,12 +194,19 @@ class Library:
         if status != 0:
             raise SystemExit(f"evaluate: {what}: {self.lib.photon_last_error().decode()}")
 
-    def decode(self, model_path, prompt, n, mode, repeats):
+    def decode(self, model_file, prompt, n, mode, repeats):
         """(best tokens/s, KV bytes at the end) of generating n tokens after prompt."""
         lib, p = self.lib, ctypes.c_void_p
-        model = p()
-        self.check(lib.photon_model_load(str(model_path).encode(), None, ctypes.byref(model)),
-                   f"load {model_path}")
+        model, load_options = p(), p()
+        self.check(lib.photon_load_options_create(ctypes.byref(load_options)), "load options")
+        try:
+            if model_file.precision:
+                self.check(lib.photon_load_options_set_precision(
+                    load_options, model_file.precision.encode()), "precision")
+            self.check(lib.photon_model_load(str(model_file).encode(), load_options,
+                                             ctypes.byref(model)), f"load {model_file}")
+        finally:
+            lib.photon_load_options_free(load_options)
         levels = max(1, lib.photon_model_levels(model))
         options = p()
         self.check(lib.photon_session_options_create(ctypes.byref(options)), "options")
@@ -269,8 +298,15 @@ def main(argv=None):
     parser.add_argument("--reference", metavar="NAME",
                         help="one of the --model names: every other model is also compared with "
                              "it (perplexity ratios, greedy agreement per mode)")
+    parser.add_argument("--precision", action="append", default=[], metavar="NAME=P",
+                        help="load model NAME at precision P, exact or bf16 (repeatable)")
     parser.add_argument("--out", default="out/train/eval.json", type=pathlib.Path)
     args = parser.parse_args(argv)
+    precisions = dict(spec.partition("=")[::2] for spec in args.precision)
+    names = {spec.partition("=")[0] for spec in args.model}
+    for name in precisions:
+        if name not in names:
+            raise SystemExit(f"evaluate: --precision {name}=...: no --model is named {name}")
 
     photon = pathlib.Path(args.photon)
     lib = None if args.skip_throughput else Library(
@@ -283,12 +319,13 @@ def main(argv=None):
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     for spec in args.model:
         name, _, path = spec.partition("=")
-        model = pathlib.Path(path)
+        model = ModelFile(path, precisions.get(name))
         print(f"evaluate: {name} ({model})", file=sys.stderr)
         info = json.loads(run_cli(photon, ["inspect", str(model), "--json"]))
         config = info.get("config", {})
         levels = len(config.get("levels", [])) if config.get("arch") == "photon" else 0
-        result = {"file": str(model), "arch": config.get("arch"), "levels": levels,
+        result = {"file": str(model), "precision": model.precision or "exact",
+                  "arch": config.get("arch"), "levels": levels,
                   "parameters": info.get("parameters"),
                   "test": test_perplexity(photon, model, segments, args.prompt_tokens)}
         run_dir = args.runs / name

@@ -42,7 +42,16 @@ std::string model_path(const Args& args) {
 }
 
 DeviceOptions device_options(const Args& args) {
-  return {args.value("device").value_or("cpu"), args.value("precision").value_or("")};
+  DeviceOptions chosen{args.value("device").value_or("cpu"), args.value("precision").value_or("")};
+  // Checked here, before any model is loaded or port opened, so that a mistake fails fast.
+  photon_load_options* raw_options = nullptr;
+  check(photon_load_options_create(&raw_options), "cannot create load options");
+  const LoadOptionsPtr options(raw_options);
+  check_setting(photon_load_options_set_device(options.get(), chosen.device.c_str()), "--device");
+  if (!chosen.precision.empty())
+    check_setting(photon_load_options_set_precision(options.get(), chosen.precision.c_str()),
+                  "--precision");
+  return chosen;
 }
 
 int32_t parse_threads(const Args& args) {

@@ -950,7 +950,9 @@ def group_bench():
 
 def group_device():
     """--device: the CPU by default and by name; auto lands on a usable device; cuda runs, or fails
-    in one line naming what is missing; a value that is no device is a usage error."""
+    in one line naming what is missing; a value that is no device is a usage error. --precision:
+    exact by default on the CPU, bf16 when asked, recorded by generate and bench; a value that is
+    no precision is a usage error naming it."""
     m = model("photon-small")
     prompt = ["--tokens", "1,2,3", "-n", 6, "--ignore-eos"]
     _, default = generate(*prompt)
@@ -979,6 +981,23 @@ def group_device():
     check(len(runs) == 1 and runs[0].get("device") == "cpu", "bench records the device")
     for command in ("generate", "score", "bench"):
         check("--device DEV" in photon(command, "--help").out, "%s --help shows --device" % command)
+    # --precision: exact is the CPU's default; bf16 rounds the products' input, so the
+    # log-probabilities move a little; anything else is a usage error naming it.
+    check(default.get("precision") == "exact", "exact is the CPU's default: %s" % default)
+    _, bf16 = generate(*prompt, "--precision", "bf16")
+    check(bf16.get("precision") == "bf16", "--precision bf16 is reported: %s" % bf16)
+    moved = [abs(x - y) for x, y in zip(bf16.get("logprobs", []), default.get("logprobs", []))]
+    check(len(moved) == 6 and 0 < max(moved) < 0.5,
+          "bf16 moves the log-probabilities a little: %s" % moved)
+    runs = bench("--regime", "4:4", "--mode", "recgen", "--precision", "bf16")
+    check(len(runs) == 1 and runs[0].get("precision") == "bf16", "bench records the precision")
+    for command in ("generate", "score", "bench", "serve"):
+        bad = photon(command, "-m", m, "--tokens", "1,2", "--precision", "fp8") \
+            if command in ("generate", "score") else photon(command, "-m", m, "--precision", "fp8")
+        expect_failure(bad, 2, command, "--precision")
+        check("'fp8'" in bad.err, "%s names the bad precision: %s" % (command, bad.err))
+        check("--precision" in photon(command, "--help").out,
+              "%s --help shows --precision" % command)
 
 
 GROUPS = {

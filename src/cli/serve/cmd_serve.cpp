@@ -119,8 +119,9 @@ int run_serve(const std::vector<std::string>& argv) {
   if (auto mode = args.value("mode")) o.mode = parse_mode(*mode);
   if (auto kv = args.value("kv-type")) o.kv_type = parse_kv_type(*kv, "--kv-type");
   o.context = parse_count(args, "ctx", 0, 1);
-  o.device = device_options(args).device;
-  o.precision = device_options(args).precision;
+  const DeviceOptions device = device_options(args);
+  o.device = device.device;
+  o.precision = device.precision;
   o.threads = parse_threads(args);
   o.log_requests = !args.has("quiet");
   try {
