@@ -34,6 +34,17 @@ MUTATIONS = [
              "l = l > 0.0f ? l / cfg.repetition_penalty : l * cfg.repetition_penalty;",
              "l = l > 0.0f ? l * cfg.repetition_penalty : l / cfg.repetition_penalty;",
              "the repetition penalty favours repeated tokens instead of penalizing them"),
+    # ---- precision (photon_load_options_set_precision) --------------------------------------------
+    Mutation("precision-bf16-not-rounded", "src/backend/cpu/cpu_backend.cpp",
+             "rounded[i] = bf16_to_f32(f32_to_bf16(in[i]));",
+             "rounded[i] = in[i];",
+             "bf16 precision leaves the products' input as it is (exact under another name)"),
+    Mutation("precision-device-ignored", "src/api/api_model.cpp",
+             "    const auto precision = options->device.precision;\n"
+             "    options->device = photon::parse_device(device, \"photon_load_options_set_device\");\n"
+             "    options->device.precision = precision;\n",
+             "    options->device = photon::parse_device(device, \"photon_load_options_set_device\");\n",
+             "setting the device after the precision forgets the precision"),
     Mutation("decode-logprob-after-penalty", "src/backend/cpu/cpu_backend.cpp",
              "static_cast<float>(raw[tokens[i]] - log_sum_exp(raw, vocab))",
              "static_cast<float>(row[tokens[i]] - log_sum_exp(row.data(), vocab))",
