@@ -131,8 +131,9 @@ class RecGenRunner final : public Runner {
     const int64_t n = static_cast<int64_t>(s.history.size()), b2 = c.block_tokens(2);
     RecGenState& r = s.as<RecGenState>();
     r.group_start = st.group_start();
-    StateReader::expect(n >= 1 && r.group_start >= 0 && r.group_start % b2 == 0 &&
-                            r.group_start <= n && n <= r.group_start + b2,
+    // n == 0: a session saved before its first prefill, which builds every part from the prompt.
+    StateReader::expect(r.group_start >= 0 && r.group_start % b2 == 0 && r.group_start <= n &&
+                            n <= r.group_start + b2,
                         "the open unit does not match the history");
     in.cache(st.top(), r.top, r.group_start / c.block_tokens(L), "the top-level cache");
     in.floats(st.top_last(), r.top_last, "the last top-level state has the wrong size");
@@ -155,9 +156,10 @@ class RecGenRunner final : public Runner {
       // Saving rolls every window back to the history; an unfinished one predicts from its last
       // output.
       const int64_t start = r.group_start + static_cast<int64_t>(j) * c1;
-      StateReader::expect(w.consumed == std::clamp<int64_t>(n - start, 0, c1) &&
-                              (w.n_outputs == std::min(w.consumed, c1 - 1) + 1 ||
-                               (w.n_outputs == 0 && w.consumed == c1)),
+      const bool empty = n == 0 && w.consumed == 0 && w.n_outputs == 0;
+      StateReader::expect(empty || (n > 0 && w.consumed == std::clamp<int64_t>(n - start, 0, c1) &&
+                                    (w.n_outputs == std::min(w.consumed, c1 - 1) + 1 ||
+                                     (w.n_outputs == 0 && w.consumed == c1))),
                           name + " does not match the history");
     }
     r.generated = st.generated();

@@ -3,7 +3,8 @@
 // the CPU at the same precision: log-probabilities of random models of every architecture within
 // 5e-2 with bf16 weights and 1e-3 with f32 weights kept in f32; the shipped trained model's greedy
 // tokens (exact) and its perplexity and greedy tokens against the CPU's exact ones (bf16: within
-// 1% and 90%); batched == alone; sessions saved on one device and continued on the other; 1,000
+// 1% and 90%); batched == alone; the serving engine's requests == sessions alone, also when a
+// memory budget pauses them; sessions saved on one device and continued on the other; 1,000
 // sessions created and freed with flat device memory; a context too large for the device is
 // PHOTON_ERR_OUT_OF_MEMORY with the model still usable.
 #include "test_models.h"
@@ -297,6 +298,103 @@ TEST_P(GpuModels, BatchEqualsAlone) {
       for (size_t j = 0; j < single.logprobs.size() && j < collected[i].logprobs.size(); ++j)
         EXPECT_NEAR(collected[i].logprobs[j], single.logprobs[j], 1e-3) << i << ", " << j;
     }
+  }
+}
+
+// The serving engine on the GPU (exact precision): requests of every mode, kv type and sampler
+// give the tokens of a session alone on the same GPU and its log-probabilities within 1e-3, run
+// together, and again under a memory budget of half their peak, which pauses some of them (saved
+// to host memory and restored on the device).
+TEST_P(GpuModels, EngineRequestsEqualSessionsAlone) {
+  const ModelPtr gpu = load(bf16_path_, "cuda", "exact");
+  struct Ask {
+    std::vector<int32_t> prompt;
+    photon_mode mode;
+    float temperature;
+    photon_dtype kv_type;
+  };
+  std::vector<Ask> asks;
+  int k = 0;
+  for (photon_mode mode : modes())
+    for (float temperature : {0.0f, 0.9f})
+      for (int p = 0; p < 2; ++p, ++k)
+        asks.push_back({sequence(5 + 3 * k, config_.vocab_size, k), mode, temperature,
+                        k % 2 ? PHOTON_DTYPE_BF16 : PHOTON_DTYPE_F32});
+  // Past the first 64 and 128 positions of every growing cache, within the 256-token context.
+  constexpr int32_t kTokens = 200;
+  std::vector<Generated> alone;
+  for (size_t i = 0; i < asks.size(); ++i) {
+    SessionPtr s =
+        session(gpu.get(), asks[i].mode, asks[i].temperature, 300 + i, 0, asks[i].kv_type);
+    EXPECT_EQ(photon_session_prefill(s.get(), asks[i].prompt.data(), asks[i].prompt.size()),
+              PHOTON_OK);
+    alone.push_back(generate(s.get(), kTokens));
+  }
+  uint64_t idle = 0;
+  ASSERT_EQ(photon_model_memory(gpu.get(), &idle, nullptr, 0), PHOTON_OK);
+  double unbudgeted_peak = 0;
+  for (const bool budgeted : {false, true}) {
+    SCOPED_TRACE(budgeted ? "under a memory budget" : "no memory budget");
+    photon_engine_options* eo = nullptr;
+    ASSERT_EQ(photon_engine_options_create(&eo), PHOTON_OK);
+    const uint64_t budget = budgeted ? static_cast<uint64_t>(unbudgeted_peak / 2) : 0;
+    ASSERT_EQ(photon_engine_options_set_memory_budget(eo, budget), PHOTON_OK);
+    ASSERT_EQ(photon_engine_options_set_step_tokens(eo, 64), PHOTON_OK);
+    photon_engine* engine = nullptr;
+    ASSERT_EQ(photon_engine_create(gpu.get(), eo, &engine), PHOTON_OK) << photon_last_error();
+    photon_engine_options_free(eo);
+    std::vector<Generated> got(asks.size());
+    std::vector<photon_request*> requests;
+    for (size_t i = 0; i < asks.size(); ++i) {
+      photon_session_options* so = nullptr;
+      ASSERT_EQ(photon_session_options_create(&so), PHOTON_OK);
+      photon_session_options_set_mode(so, asks[i].mode);
+      photon_session_options_set_temperature(so, asks[i].temperature);
+      photon_session_options_set_seed(so, 300 + i);
+      photon_session_options_set_ignore_eos(so, 1);
+      ASSERT_EQ(photon_session_options_set_kv_type(so, asks[i].kv_type), PHOTON_OK);
+      photon_request_options* ro = nullptr;
+      ASSERT_EQ(photon_request_options_create(&ro), PHOTON_OK);
+      ASSERT_EQ(photon_request_options_set_session_options(ro, so), PHOTON_OK);
+      ASSERT_EQ(photon_request_options_set_prompt(ro, asks[i].prompt.data(), asks[i].prompt.size()),
+                PHOTON_OK);
+      ASSERT_EQ(photon_request_options_set_max_tokens(ro, kTokens), PHOTON_OK);
+      ASSERT_EQ(photon_request_options_set_callback(ro, &photon::testing::collect, &got[i]),
+                PHOTON_OK);
+      photon_request* r = nullptr;
+      ASSERT_EQ(photon_engine_submit(engine, ro, &r), PHOTON_OK) << photon_last_error();
+      requests.push_back(r);
+      photon_request_options_free(ro);
+      photon_session_options_free(so);
+    }
+    int32_t left = 1;
+    for (int step = 0; left > 0; ++step) {
+      ASSERT_LT(step, 20000);
+      ASSERT_EQ(photon_engine_step(engine, &left), PHOTON_OK) << photon_last_error();
+      if (budgeted) {
+        double in_use = 0;
+        ASSERT_EQ(photon_engine_get_stat(engine, PHOTON_ENGINE_MEMORY_IN_USE, &in_use), PHOTON_OK);
+        ASSERT_LE(in_use, static_cast<double>(budget)) << "after step " << step;
+      }
+    }
+    double peak = 0, pauses = 0;
+    ASSERT_EQ(photon_engine_get_stat(engine, PHOTON_ENGINE_MEMORY_PEAK, &peak), PHOTON_OK);
+    ASSERT_EQ(photon_engine_get_stat(engine, PHOTON_ENGINE_PAUSES, &pauses), PHOTON_OK);
+    if (budgeted) {
+      EXPECT_GT(pauses, 0) << "the budget paused nothing";
+    } else {
+      unbudgeted_peak = peak;
+    }
+    for (size_t i = 0; i < asks.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, alone[i].tokens) << "request " << i;
+      for (size_t j = 0; j < got[i].logprobs.size() && j < alone[i].logprobs.size(); ++j)
+        EXPECT_NEAR(got[i].logprobs[j], alone[i].logprobs[j], 1e-3) << i << ", " << j;
+      photon_request_free(requests[i]);
+    }
+    photon_engine_free(engine);
+    uint64_t after = 0;
+    ASSERT_EQ(photon_model_memory(gpu.get(), &after, nullptr, 0), PHOTON_OK);
+    EXPECT_EQ(after, idle);
   }
 }
 

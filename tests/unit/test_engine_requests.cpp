@@ -415,6 +415,45 @@ TEST_P(EngineRequests, PausedAndResumedUnderATightBudgetEqualEachAlone) {
   EXPECT_EQ(memory_in_use(model_), idle);
 }
 
+// Short prompts under a tight budget: requests admitted in a step are paused by it before their
+// prompt is read, so their saved states hold no tokens yet (a RecGen state of an empty session
+// once failed to restore), and resume to equal each alone.
+TEST_P(EngineRequests, RequestsPausedBeforeTheirPromptIsReadEqualEachAlone) {
+  constexpr int kRequests = 8;
+  const auto short_ask = [&](int i) {
+    Ask a = ask(i);
+    a.prompt = prompt(static_cast<size_t>(5 + 3 * i), i);
+    a.max_tokens = 200;
+    return a;
+  };
+  photon_engine* free_engine = make_engine(model_);
+  std::vector<photon_request*> requests;
+  for (int i = 0; i < kRequests; ++i)
+    requests.push_back(submit(free_engine, short_ask(i), nullptr));
+  run_to_end(free_engine);
+  const double peak = engine_stat(free_engine, PHOTON_ENGINE_MEMORY_PEAK);
+  for (photon_request* r : requests) photon_request_free(r);
+  requests.clear();
+  photon_engine_free(free_engine);
+
+  photon_engine* engine = make_engine(model_, 64, 1024, static_cast<uint64_t>(peak / 2), 64);
+  std::vector<Generated> got(kRequests);
+  for (int i = 0; i < kRequests; ++i)
+    requests.push_back(submit(engine, short_ask(i), &got[static_cast<size_t>(i)]));
+  run_to_end(engine);
+  EXPECT_GT(engine_stat(engine, PHOTON_ENGINE_PAUSES), 0) << "the budget paused nothing";
+  for (int i = 0; i < kRequests; ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    EXPECT_EQ(photon_request_status(requests[static_cast<size_t>(i)]), PHOTON_OK)
+        << photon_request_error(requests[static_cast<size_t>(i)]);
+    const Generated expected = alone(model_, short_ask(i));
+    EXPECT_EQ(got[static_cast<size_t>(i)].tokens, expected.tokens);
+    EXPECT_EQ(got[static_cast<size_t>(i)].logprobs, expected.logprobs);
+    photon_request_free(requests[static_cast<size_t>(i)]);
+  }
+  photon_engine_free(engine);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, EngineRequests, ::testing::Values(0, 1, 2, 3), ModelName);
 
 // ---- limits, cancellation, threads ------------------------------------------------------------

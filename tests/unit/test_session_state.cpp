@@ -121,6 +121,40 @@ TEST_F(SessionState, ResumedSessionsContinueExactly) {
   }
 }
 
+// A session saved before its first prefill restores (in every mode), and once prompted it
+// generates what a new session does.
+TEST_F(SessionState, ASessionSavedBeforeItsPromptRestoresAndContinuesAsANewOne) {
+  const Case cases[] = {{0, PHOTON_MODE_HIERGEN},
+                        {2, PHOTON_MODE_HIERGEN},
+                        {2, PHOTON_MODE_RECGEN},
+                        {3, PHOTON_MODE_RECGEN}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("levels " + std::to_string(c.levels) + " mode " + std::to_string(c.mode));
+    photon_model* model = models_[c.levels];
+    const std::vector<int32_t> p = prompt(7);
+    photon_session* fresh = make(model, c.mode);
+    ASSERT_EQ(photon_session_prefill(fresh, p.data(), p.size()), PHOTON_OK);
+    Generated expected;
+    ASSERT_EQ(photon_session_generate(fresh, 20, collect, &expected, nullptr), PHOTON_OK);
+    photon_session_free(fresh);
+
+    photon_session* empty = make(model, c.mode);
+    const std::vector<uint8_t> blob = save_state(empty);
+    photon_session_free(empty);
+    photon_session* restored = nullptr;
+    ASSERT_EQ(photon_session_restore(model, blob.data(), blob.size(), &restored), PHOTON_OK)
+        << photon_last_error();
+    EXPECT_EQ(photon_session_position(restored), 0);
+    ASSERT_EQ(photon_session_prefill(restored, p.data(), p.size()), PHOTON_OK)
+        << photon_last_error();
+    Generated got;
+    ASSERT_EQ(photon_session_generate(restored, 20, collect, &got, nullptr), PHOTON_OK);
+    EXPECT_EQ(got.tokens, expected.tokens);
+    EXPECT_EQ(got.logprobs, expected.logprobs);
+    photon_session_free(restored);
+  }
+}
+
 // Settings that only show late: min-p filters the draws, and a context shorter than the model's
 // ends the run where it fills. A resumed session keeps both.
 TEST_F(SessionState, ResumedSessionsKeepMinPAndTheirContext) {

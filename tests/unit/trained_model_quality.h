@@ -90,7 +90,8 @@ inline Generated greedy(const photon_model* model, const std::vector<int32_t>& p
   return out;
 }
 
-// `tokens` greedy tokens after each of the prompts, from both models, compared position by position.
+// `tokens` greedy tokens after each of the prompts from both models, compared position by
+// position.
 inline GreedyAgreement greedy_agreement(const photon_model* a, const photon_model* b,
                                         int32_t tokens) {
   GreedyAgreement agreement;

@@ -5,14 +5,14 @@
 // - bf16 (or f16) weights at Precision::Bf16: x is rounded to bf16 once (round_activations.h) and
 //   one tensor-core GEMM multiplies it, as PyTorch and the serving engines do; half the
 //   tensor-core work of the exact path and no partial products.
-// - bf16 (or f16) weights at Precision::Exact: x is split into two 16-bit terms, x = hi + lo (split_activations.h), and
-//   one tensor-core GEMM multiplies the stacked rows [hi; lo], whose halves are summed. The weights
-//   are read once, so decode (bound by reading weights) costs the same as one 16-bit product, and
-//   prompts twice the tensor-core work. From 256 rows, where the tensor cores bound the product,
-//   two GEMMs (hi, then lo accumulating) write y directly instead. The activations keep about 17
-//   bits, so the result matches an f32 product of the same weights (the CPU engine's) to ~1e-5
-//   relative, where rounding x to bf16 alone gave ~1e-3 per row and ~0.1 in whole-model
-//   log-probabilities.
+// - bf16 (or f16) weights at Precision::Exact: x is split into two 16-bit terms, x = hi + lo
+//   (split_activations.h), and one tensor-core GEMM multiplies the stacked rows [hi; lo], whose
+//   halves are summed. The weights are read once, so decode (bound by reading weights) costs the
+//   same as one 16-bit product, and prompts twice the tensor-core work. From 256 rows, where the
+//   tensor cores bound the product, two GEMMs (hi, then lo accumulating) write y directly instead.
+//   The activations keep about 17 bits, so the result matches an f32 product of the same weights
+//   (the CPU engine's) to ~1e-5 relative, where rounding x to bf16 gives ~1e-3 per row and up to
+//   ~0.1 in the log-probabilities of small random models.
 // - f32 weights (kept only by a backend with exact_f32; others convert them to bf16 at upload):
 //   plain f32 products (CUDA cores, exact to rounding).
 // The bias is added in f32 by the GEMM's epilogue.
