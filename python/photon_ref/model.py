@@ -12,6 +12,7 @@ row i is the distribution of the token that FOLLOWS tokens[0..i]: p(tokens[i+1] 
 The last row is therefore the next-token distribution used by generation.
 """
 
+import contextlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -21,6 +22,33 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+# --------------------------------------------------------------------------------------------------
+# Products of activations and weights
+# --------------------------------------------------------------------------------------------------
+
+_round_product_inputs = False
+
+
+@contextlib.contextmanager
+def bf16_products():
+    """Within it, every product of activations and weights (linear) first rounds its input to
+    bfloat16 (nearest even): the SDK's bf16 precision (photon_load_options_set_precision). The
+    model's other arithmetic (attention's scores and weighted sums included) is unchanged."""
+    global _round_product_inputs
+    before, _round_product_inputs = _round_product_inputs, True
+    try:
+        yield
+    finally:
+        _round_product_inputs = before
+
+
+def linear(x, w, bias=None):
+    """x W^T (+ bias): every product of activations and weights goes through here."""
+    if _round_product_inputs:
+        x = x.to(torch.bfloat16).to(x.dtype)
+    return F.linear(x, w, bias)
+
 
 # --------------------------------------------------------------------------------------------------
 # Configuration (spec sections 3.1, 4 and 8)
@@ -144,9 +172,9 @@ class Attention(nn.Module):
 
     def forward(self, x):
         *lead, n, _ = x.shape
-        q = (x @ self.wq.T).reshape(*lead, n, self.heads, self.head_dim)
-        k = (x @ self.wk.T).reshape(*lead, n, self.kv_heads, self.head_dim)
-        v = (x @ self.wv.T).reshape(*lead, n, self.kv_heads, self.head_dim)
+        q = linear(x, self.wq).reshape(*lead, n, self.heads, self.head_dim)
+        k = linear(x, self.wk).reshape(*lead, n, self.kv_heads, self.head_dim)
+        v = linear(x, self.wv).reshape(*lead, n, self.kv_heads, self.head_dim)
         q, k = rope(q, self.rope_theta), rope(k, self.rope_theta)
         # Query head h uses kv head floor(h / (H / H_kv)): repeat each kv head H / H_kv times.
         group = self.heads // self.kv_heads
@@ -158,7 +186,7 @@ class Attention(nn.Module):
         scores = scores.masked_fill(future, float("-inf"))
         out = torch.softmax(scores, dim=-1) @ v  # [..., heads, n, d_h]
         out = out.transpose(-3, -2).reshape(*lead, n, self.heads * self.head_dim)
-        return out @ self.wo.T
+        return linear(out, self.wo)
 
 
 class FeedForward(nn.Module):
@@ -171,7 +199,7 @@ class FeedForward(nn.Module):
         self.w_down = nn.Parameter(torch.empty(width, ffn_dim))
 
     def forward(self, x):
-        return (F.silu(x @ self.w_gate.T) * (x @ self.w_up.T)) @ self.w_down.T
+        return linear(F.silu(linear(x, self.w_gate)) * linear(x, self.w_up), self.w_down)
 
 
 class Layer(nn.Module):
@@ -219,7 +247,7 @@ class LinearChunker(nn.Module):
         self.proj = nn.Linear(in_width, out_width, bias=True)
 
     def forward(self, a):
-        return self.proj(rms_norm(a, self.norm, self.eps))
+        return linear(rms_norm(a, self.norm, self.eps), self.proj.weight, self.proj.bias)
 
 
 class EncoderLevel(Stack):
@@ -254,7 +282,8 @@ class DecoderLevel(Stack):
 
     def prefix(self, z):
         """P(l)_u = converter_l(z), read as R_l rows of width E_l: [..., R_l, E_l]."""
-        return self.converter(z).reshape(*z.shape[:-1], self.prefix_len, self.width)
+        return linear(z, self.converter.weight, self.converter.bias).reshape(
+            *z.shape[:-1], self.prefix_len, self.width)
 
     def window_outputs(self, prefix, y):
         """Runs the window (P_1 .. P_R, y_1 .. y_k) and returns the outputs o_1 .. o_{k+1}.
@@ -332,7 +361,7 @@ class Photon(nn.Module):
                 Xhat[l - 1] = out  # conditioners of the level-(l-1) units
                 z = out
             else:
-                logits = out @ self.lm_head.T
+                logits = linear(out, self.lm_head)
         return logits, X, Xhat
 
     def next_logits(self, tokens):
@@ -355,7 +384,7 @@ class Vanilla(Stack):
     def forward(self, tokens):
         """h = S(tok_emb[t_1 .. t_T]); returns [T, V], row i being p(tokens[i+1] | tokens[:i+1])."""
         h = Stack.forward(self, self.tok_emb[torch.as_tensor(tokens, dtype=torch.long)])
-        return h @ self.lm_head.T
+        return linear(h, self.lm_head)
 
     def next_logits(self, tokens):
         return self(tokens)[-1]

@@ -13,7 +13,7 @@ Units are 1-based as in the spec: level-l unit u has the children (u-1) C_l + j,
 
 import torch
 
-from .model import Photon
+from .model import Photon, linear
 
 
 class RecGenPlan:
@@ -92,7 +92,7 @@ class RecGenPlan:
         model = self.model
         dec = model.decoder(1)
         y = model.tok_emb_dec[torch.as_tensor(unit_tokens[:self.C[1] - 1], dtype=torch.long)]
-        return dec.window_outputs(dec.prefix(self.conditioner(1, u)), y) @ model.lm_head.T
+        return linear(dec.window_outputs(dec.prefix(self.conditioner(1, u)), y), model.lm_head)
 
     def next_logits(self, tokens):
         """p(next token | tokens) when tokens[:n_prompt] is this plan's prompt and every later
