@@ -124,6 +124,43 @@ TEST_P(PrefillBatch, EachSessionEndsAsIfPrefilledAlone) {
   }
 }
 
+// RecGen prompts of more tokens than one of its prefill groups holds (16 passes: 8,192 tokens on
+// the CPU) are encoded in several groups, each session as if prefilled alone.
+TEST_P(PrefillBatch, RecGenPromptsBeyondOneGroupEndAsIfPrefilledAlone) {
+  if (levels_ < 2) GTEST_SKIP() << "RecGen needs two levels";
+  constexpr size_t kSessions = 8;
+  std::vector<photon_session*> batch, alone;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<const int32_t*> tokens;
+  std::vector<size_t> counts;
+  size_t total = 0;
+  for (size_t i = 0; i < kSessions; ++i) {
+    // Odd indices are RecGen sessions (session()).
+    batch.push_back(session(2 * static_cast<int>(i) + 1));
+    alone.push_back(session(2 * static_cast<int>(i) + 1));
+    prompts.push_back(prompt(1100 + 53 * i, static_cast<int>(i), true));
+    total += prompts.back().size();
+  }
+  ASSERT_GT(total, size_t{16 * 512});
+  for (const std::vector<int32_t>& p : prompts) {
+    tokens.push_back(p.data());
+    counts.push_back(p.size());
+  }
+  ASSERT_EQ(photon_session_prefill_batch(batch.data(), kSessions, tokens.data(), counts.data()),
+            PHOTON_OK)
+      << photon_last_error();
+  for (size_t i = 0; i < kSessions; ++i) {
+    SCOPED_TRACE("session " + std::to_string(i));
+    ASSERT_EQ(photon_session_prefill(alone[i], prompts[i].data(), prompts[i].size()), PHOTON_OK);
+    EXPECT_TRUE(saved(batch[i]) == saved(alone[i])) << "the saved states differ";
+    const Generated a = generate(batch[i], 12), b = generate(alone[i], 12);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.logprobs, b.logprobs);
+    photon_session_free(batch[i]);
+    photon_session_free(alone[i]);
+  }
+}
+
 TEST_P(PrefillBatch, BadArgumentsLeaveEverySessionUnchanged) {
   photon_session* sessions[3] = {session(0), session(1), session(2)};
   const std::vector<int32_t> good = prompt(20, 1, true), bad = {1, 5, 512, 7};
