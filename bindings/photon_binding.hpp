@@ -228,8 +228,9 @@ class Model {
   explicit Model(const std::string& path) : Model(path, "cpu", 0) {}
   // On a device: "cpu", "cuda", "cuda:N" or "auto" (photon_load_options_set_device).
   Model(const std::string& path, const std::string& device) : Model(path, device, 0) {}
-  // precision: how products of activations and weights compute, "exact" or "bf16"; "" leaves it
-  // to the device ("exact" on the CPU, "bf16" on a GPU). See photon_load_options_set_precision.
+  // precision: how products of activations and weights compute, "exact", "bf16" or "int8"; ""
+  // leaves it to the device ("exact" on the CPU, "bf16" on a GPU). See
+  // photon_load_options_set_precision.
   Model(const std::string& path, const std::string& device, const std::string& precision)
       : Model(path, device, 0, false, precision) {}
   // threads: the most CPU threads one call computes with (0: every core); see
@@ -271,7 +272,7 @@ class Model {
 
   // "cpu" or "cuda:N": where the model runs (photon_model_device).
   std::string device() const { return photon_model_device(shared().get()); }
-  // "exact" or "bf16": how the model's products compute (photon_model_precision).
+  // "exact", "bf16" or "int8": how the model's products compute (photon_model_precision).
   std::string precision() const { return photon_model_precision(shared().get()); }
   std::string arch() const { return photon_model_arch(shared().get()); }
   int levels() const { return photon_model_levels(shared().get()); }

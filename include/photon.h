@@ -187,7 +187,14 @@ PHOTON_API photon_status photon_load_options_set_device(photon_load_options *opt
  *            in f32, as PyTorch and serving engines compute: the default on a GPU (one tensor-core
  *            term). On the CPU it computes the same function in f32 arithmetic, no faster than
  *            "exact" (a reference for the GPU's results). The shipped model's test perplexity
- *            stays within 1% of "exact" and its greedy tokens mostly agree (docs/quality.md).
+ *            stays within 1% of "exact" and its greedy tokens mostly agree (docs/quality.md);
+ *   "int8"   the CPU only, for q8 models (photon_write_options_set_dtype): products with q8
+ *            weights take the activations quantized per block of 32 values (a scale each, max |x|
+ *            / 127, and integers rounded to nearest) and multiply them in integers, as llama.cpp
+ *            computes its Q8_0 weights; every other product as "exact". Faster than "exact" on q8
+ *            weights; the shipped model's test perplexity stays within 1% of "exact"
+ *            (docs/quality.md). With device "auto" it chooses the CPU; with "cuda" loading fails
+ *            with PHOTON_ERR_UNSUPPORTED.
  * Not set, the device decides: "exact" on the CPU, "bf16" on a GPU (what "auto" chose).
  * photon_model_precision says which one a loaded model uses. Any other text fails with
  * PHOTON_ERR_INVALID_ARGUMENT naming it. */
@@ -237,8 +244,8 @@ PHOTON_API void photon_model_free(photon_model *model);
 /* The device the model runs on: "cpu" or "cuda:N" (what "auto" chose). "" for NULL. */
 PHOTON_API const char *photon_model_device(const photon_model *model);
 
-/* How the model's products compute: "exact" or "bf16" (photon_load_options_set_precision, or the
- * device's default). "" for NULL. */
+/* How the model's products compute: "exact", "bf16" or "int8" (photon_load_options_set_precision,
+ * or the device's default). "" for NULL. */
 PHOTON_API const char *photon_model_precision(const photon_model *model);
 
 /* Memory the model holds on its device, in bytes, as sqlite3_status64 reports it: *in_use what

@@ -25,7 +25,7 @@ For each model:
 - with --reference NAME (a model given before the others, e.g. the f16 file of the weights that
   the others store as q8): each other model's test perplexity (and RecGen's) over the reference's,
   and its greedy continuations of the same prompts against the reference's, in every mode;
-- with --precision NAME=P: that model is loaded at precision P (exact or bf16), e.g. the same file
+- with --precision NAME=P: that model is loaded at precision P (exact, bf16 or int8), e.g. the same file
   twice, the second at bf16, with the first as the reference.
 """
 
@@ -299,7 +299,7 @@ def main(argv=None):
                         help="one of the --model names: every other model is also compared with "
                              "it (perplexity ratios, greedy agreement per mode)")
     parser.add_argument("--precision", action="append", default=[], metavar="NAME=P",
-                        help="load model NAME at precision P, exact or bf16 (repeatable)")
+                        help="load model NAME at precision P, exact, bf16 or int8 (repeatable)")
     parser.add_argument("--out", default="out/train/eval.json", type=pathlib.Path)
     args = parser.parse_args(argv)
     precisions = dict(spec.partition("=")[::2] for spec in args.precision)

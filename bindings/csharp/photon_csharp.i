@@ -265,7 +265,7 @@ PHOTON_CSHARP_GETTER(photon_binding::Session, position, Position)
 %typemap(cscode) photon_binding::Model %{
   // "cpu" or "cuda:N": where the model runs.
   public string Device => GetDevice();
-  // "exact" or "bf16": how the model's products compute.
+  // "exact", "bf16" or "int8": how the model's products compute.
   public string Precision => GetPrecision();
   public string Arch => GetArch();
   public int Levels => GetLevels();

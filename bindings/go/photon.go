@@ -133,7 +133,7 @@ type LoadOptions struct {
 	Device  string // "cpu" (or ""), "cuda", "cuda:N" or "auto"
 	Threads int    // the most CPU threads one call computes with; 0: every core
 	Verify  bool   // also read every weight, refusing NaN, infinities and changed data
-	// Precision is how products of activations and weights compute: "exact" or "bf16"; ""
+	// Precision is how products of activations and weights compute: "exact", "bf16" or "int8"; ""
 	// leaves it to the device ("exact" on the CPU, "bf16" on a GPU).
 	Precision string
 }
@@ -184,7 +184,7 @@ func modelValue[T any](m *Model, get func(native.Model) T) (value T) {
 // Device is where the model runs: "cpu" or "cuda:N".
 func (m *Model) Device() string { return modelValue(m, native.Model.Device) }
 
-// Precision is how the model's products compute: "exact" or "bf16".
+// Precision is how the model's products compute: "exact", "bf16" or "int8".
 func (m *Model) Precision() string { return modelValue(m, native.Model.Precision) }
 
 // Arch is "photon" or "vanilla".

@@ -56,7 +56,7 @@ photon_binding::Model::Model(const std::string &, const std::string &, int, bool
         "cpu" (the default), "cuda", "cuda:N" or "auto" (a GPU when one is usable); threads: the
         most CPU threads one call computes with (0: every core); verify: also read every weight,
         refusing NaN, infinities and data changed since the file was written; precision: how
-        products of activations and weights compute, "exact" or "bf16" (None: the device's
+        products of activations and weights compute, "exact", "bf16" or "int8" (None: the device's
         default, "exact" on the CPU and "bf16" on a GPU)."""
         precision = "" if precision is None else precision
         _native.Model_swiginit(self, _native.new_Model(path, device, threads, verify, precision))

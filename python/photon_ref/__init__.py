@@ -8,8 +8,8 @@
 """
 
 from .generate import generate_hiergen, generate_recgen, greedy
-from .model import (Config, Photon, Vanilla, bf16_products, build_model, load_model, score,
-                    teacher_forced_logits)
+from .model import (Config, Photon, Vanilla, bf16_products, build_model, int8_products,
+                    load_model, score, teacher_forced_logits)
 from .recgen import RecGenPlan, recgen_logits, recgen_next_logits, score_recgen
 
 __all__ = ["Config", "Photon", "Vanilla", "build_model", "load_model", "score",

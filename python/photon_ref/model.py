@@ -27,26 +27,53 @@ from torch.nn import functional as F
 # Products of activations and weights
 # --------------------------------------------------------------------------------------------------
 
-_round_product_inputs = False
+_product_input = None  # what a product does to its input first (None: nothing)
 
 
 @contextlib.contextmanager
+def _products_taking(transform):
+    global _product_input
+    before, _product_input = _product_input, transform
+    try:
+        yield
+    finally:
+        _product_input = before
+
+
+def _to_bf16(x):
+    return x.to(torch.bfloat16).to(x.dtype)
+
+
+def _to_int8_blocks(x):
+    in_features = x.shape[-1]
+    if in_features % 32 != 0:
+        return x
+    blocks = x.reshape(*x.shape[:-1], in_features // 32, 32)
+    d = blocks.abs().amax(dim=-1, keepdim=True) / 127
+    q = torch.clamp(torch.round(blocks / torch.where(d == 0, 1, d)), -127, 127)  # ties to even
+    return (q * d).reshape(x.shape)
+
+
 def bf16_products():
     """Within it, every product of activations and weights (linear) first rounds its input to
     bfloat16 (nearest even): the SDK's bf16 precision (photon_load_options_set_precision). The
     model's other arithmetic (attention's scores and weighted sums included) is unchanged."""
-    global _round_product_inputs
-    before, _round_product_inputs = _round_product_inputs, True
-    try:
-        yield
-    finally:
-        _round_product_inputs = before
+    return _products_taking(_to_bf16)
+
+
+def int8_products():
+    """Within it, every product with a weight of whole blocks of 32 columns (the matrices a q8
+    file stores in q8) first quantizes its input per block of 32 values: d = max |x| / 127, q =
+    x / d rounded to nearest even within [-127, 127] (0 where d is 0), and takes d q: the SDK's
+    int8 precision on a q8 model. Every other product, and the model's other arithmetic, is
+    unchanged."""
+    return _products_taking(_to_int8_blocks)
 
 
 def linear(x, w, bias=None):
     """x W^T (+ bias): every product of activations and weights goes through here."""
-    if _round_product_inputs:
-        x = x.to(torch.bfloat16).to(x.dtype)
+    if _product_input is not None:
+        x = _product_input(x)
     return F.linear(x, w, bias)
 
 

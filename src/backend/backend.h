@@ -43,12 +43,21 @@ namespace photon {
 // - Exact: the activations enter in f32 (the CPU's f32 arithmetic; on a GPU, two 16-bit terms
 //   that carry about 17 bits of each).
 // - Bf16: the activations are rounded to bf16 (nearest even) before each product, which
-//   accumulates in f32: one tensor-core term on a GPU. Every other op is the same in both.
-enum class Precision { Exact, Bf16 };
+//   accumulates in f32: one tensor-core term on a GPU.
+// - Int8 (the CPU only): products with q8 weights take the activations quantized to int8 per
+//   block of 32 values, with a scale per block, and multiply them in integers (as llama.cpp's
+//   Q8_0 does); every other product as Exact.
+// Every other op is the same at every precision.
+enum class Precision { Exact, Bf16, Int8 };
 
-// "exact" | "bf16".
+// "exact" | "bf16" | "int8".
 inline const char* precision_name(Precision p) {
-  return p == Precision::Bf16 ? "bf16" : "exact";
+  switch (p) {
+    case Precision::Exact: return "exact";
+    case Precision::Bf16: return "bf16";
+    case Precision::Int8: return "int8";
+  }
+  return "exact";
 }
 
 class Backend {

@@ -91,8 +91,11 @@ void raise_module_error(photon_status status, const char* message) {
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const DeviceChoice& choice) {
-  const photon_backend_create_fn create = load_cuda_module();
   const Precision precision = choice.precision.value_or(Precision::Bf16);
+  if (precision == Precision::Int8)
+    fail(PHOTON_ERR_UNSUPPORTED,
+         "precision int8 runs on the CPU only (the CUDA backend has no q8 weights)");
+  const photon_backend_create_fn create = load_cuda_module();
   const photon_backend_request request{
       PHOTON_BACKEND_ABI, backend_layout(),         PHOTON_VERSION_STRING,
       choice.ordinal,     choice.exact_f32 ? 1 : 0, precision == Precision::Bf16 ? 1 : 0,
@@ -138,8 +141,9 @@ DeviceChoice parse_device(std::string_view text, std::string_view who) {
 Precision parse_precision(std::string_view text, std::string_view who) {
   if (text == "exact") return Precision::Exact;
   if (text == "bf16") return Precision::Bf16;
-  fail(PHOTON_ERR_INVALID_ARGUMENT,
-       std::string(who) + ": precision '" + std::string(text) + "' is not one of exact, bf16");
+  if (text == "int8") return Precision::Int8;
+  fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(who) + ": precision '" + std::string(text) +
+                                        "' is not one of exact, bf16, int8");
 }
 
 std::unique_ptr<Backend> make_backend(const DeviceChoice& choice, int threads) {
@@ -147,7 +151,10 @@ std::unique_ptr<Backend> make_backend(const DeviceChoice& choice, int threads) {
   switch (choice.kind) {
     case DeviceChoice::Kind::Cpu: return make_cpu_backend(threads, cpu_precision);
     case DeviceChoice::Kind::Cuda: return make_cuda_backend(choice);
-    case DeviceChoice::Kind::Auto: try { return make_cuda_backend(choice);
+    case DeviceChoice::Kind::Auto:
+      if (cpu_precision == Precision::Int8) return make_cpu_backend(threads, cpu_precision);
+      try {
+        return make_cuda_backend(choice);
       } catch (const Error& e) {
         // No usable GPU (missing, or full): the CPU.
         if (e.status() != PHOTON_ERR_DEVICE && e.status() != PHOTON_ERR_OUT_OF_MEMORY) throw;

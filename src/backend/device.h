@@ -26,8 +26,8 @@ struct DeviceChoice {
 // PHOTON_ERR_INVALID_ARGUMENT with a message that starts with `who`.
 DeviceChoice parse_device(std::string_view text, std::string_view who);
 
-// "exact" or "bf16"; anything else is PHOTON_ERR_INVALID_ARGUMENT with a message that starts with
-// `who`.
+// "exact", "bf16" or "int8"; anything else is PHOTON_ERR_INVALID_ARGUMENT with a message that
+// starts with `who`.
 Precision parse_precision(std::string_view text, std::string_view who);
 
 // The backend for a choice. Cuda fails with PHOTON_ERR_DEVICE and a message that says what is

@@ -607,8 +607,8 @@ const std::vector<BenchOption>& bench_options() {
      "cpu (default), cuda, cuda:N or auto; on a GPU, memory per sample\n"
      "and --memory-budget count the model's device memory", false, {}, nullptr},
     {"precision", 0, "P", kRuns,
-     "exact or bf16: how products round (default: the device's, exact\n"
-     "on the CPU, bf16 on a GPU)", false, {}, nullptr},
+     "exact, bf16 or int8 (q8 models on the CPU): how products round\n"
+     "(default: the device's, exact on the CPU, bf16 on a GPU)", false, {}, nullptr},
     {"threads", 0, "N", kRuns, "compute with at most N threads (default: every core)", false,
      {}, nullptr},
     {"regime", 0, "R", kThroughput,

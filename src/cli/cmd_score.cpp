@@ -149,8 +149,9 @@ const Command kScoreCommand = {
     "  --stride S           tokens between the starts of sliding windows, below the context\n"
     "                       (default: half the model's context)\n"
     "  --device DEV         cpu (default), cuda, cuda:N or auto (a GPU when one is usable)\n"
-    "  --precision P        exact or bf16: activations enter products in f32, or rounded to\n"
-    "                       bf16 (default: the device's, exact on the CPU, bf16 on a GPU)\n"
+    "  --precision P        exact, bf16 or int8: activations enter products in f32, rounded\n"
+    "                       to bf16, or (q8 weights on the CPU) quantized to int8 per block\n"
+    "                       (default: the device's, exact on the CPU, bf16 on a GPU)\n"
     "  --threads N          compute with at most N threads (default: every core)\n"
     "  --json               one JSON object: tokens, logprobs (null first), predicted, nll,\n"
     "                       perplexity, context, windows, stride (null for one window)\n",

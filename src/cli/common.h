@@ -46,7 +46,7 @@ using LoadOptionsPtr = std::unique_ptr<photon_load_options, PhotonDeleter>;
 // The model named by -m / --model, else $PHOTON_MODEL; UsageError when neither is set.
 std::string model_path(const Args& args);
 // Where a model computes and how its products round: --device ("cpu", "auto", "cuda", "cuda:N")
-// and --precision ("exact", "bf16"; empty: the device's default).
+// and --precision ("exact", "bf16", "int8"; empty: the device's default).
 struct DeviceOptions {
   std::string device = "cpu";
   std::string precision;

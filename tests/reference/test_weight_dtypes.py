@@ -17,8 +17,10 @@ vanilla, up to 422 u for the PHOTON model, where the reference itself moves as m
 weights are rounded, and f16's subnormal small weights lose more than u), and f16's median closer
 than bf16's, as rounding predicts. Last, the f32 and bf16 files at bf16 precision (`photon score
 --precision bf16`) against the reference whose products round their input to bfloat16
-(photon_ref.bf16_products): the median difference within 5e-3 and under a tenth of the median move
-from exact precision, the worst within 0.5 (BF16_PRECISION_* below says why so wide).
+(photon_ref.bf16_products), and the q8 files at int8 precision against the reference whose
+products quantize their input per block (photon_ref.int8_products): the median difference within
+5e-3 and under a tenth of the median move from exact precision, the worst within 0.5 (PRECISION_*
+below says why so wide).
 
     /usr/bin/python3 tests/reference/test_weight_dtypes.py --photon build/bin/photon --work-dir /tmp/w
 """
@@ -36,7 +38,7 @@ from compare_engine import (ROOT, Mismatch, check_generation, compare_logprobs, 
 from rounding import to_bf16, to_f16
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
-from photon_ref import bf16_products, load_model, score  # noqa: E402
+from photon_ref import bf16_products, int8_products, load_model, score  # noqa: E402
 from photon_ref.random_weights import write_random_model  # noqa: E402
 
 SIXTEEN = ("f32", "f16", "bf16")
@@ -86,9 +88,12 @@ MEDIAN_UNITS, WORST_UNITS = 64, 512
 # small random models such flips reach a few tokens by up to about as much as bf16 precision moves
 # them from exact. Most tokens see none: the median stays near f32 rounding (measured 4e-7 to
 # 1e-6), except where a PHOTON model carries an early flip forward in its latents to every later
-# token (measured once: 1.1e-3, against 2.7e-2 from exact).
-PRECISION_DTYPES = ("f32", "bf16")
-BF16_PRECISION_MEDIAN, BF16_PRECISION_WORST = 5e-3, 0.5
+# token (measured once: 1.1e-3, against 2.7e-2 from exact). int8 precision (q8 files) against the
+# reference's int8 products likewise: its steps, 1/127 of a block's largest value, are as coarse,
+# and a value within f32 rounding of a half step may round the other way.
+PRECISIONS = {"f32": ("bf16",), "bf16": ("bf16",), "q8": ("int8",)}
+PRODUCTS = {"bf16": bf16_products, "int8": int8_products}
+PRECISION_MEDIAN, PRECISION_WORST = 5e-3, 0.5
 SHORT, LONG, GENERATE = 20, 150, 12
 
 
@@ -102,26 +107,27 @@ def differences(engine, reference):
     return [abs(e - r) for e, r in zip(engine[1:], reference[1:])]
 
 
-def check_bf16_precision(photon, what, model_path, rounded, seq, exact_engine):
-    """The engine at bf16 precision against the reference whose products round their input to
-    bfloat16 (photon_ref.bf16_products): the median difference within BF16_PRECISION_MEDIAN and
-    under a tenth of the median move from exact precision, the worst within
-    BF16_PRECISION_WORST."""
-    engine = engine_score(photon, model_path, seq, "bf16")
-    with bf16_products():
+def check_precision(photon, what, precision, model_path, rounded, seq, exact_engine):
+    """The engine at `precision` against the reference whose products take their input as it
+    does (photon_ref.bf16_products, photon_ref.int8_products): the median difference within
+    PRECISION_MEDIAN and under a tenth of the median move from exact precision, the worst within
+    PRECISION_WORST."""
+    engine = engine_score(photon, model_path, seq, precision)
+    with PRODUCTS[precision]():
         reference = score(rounded, seq)
     off = differences(engine, reference)
     moved = differences(engine, exact_engine)
     median, median_moved = float(np.median(off)), float(np.median(moved))
-    print(f"{what} bf16 precision: |logprob - reference| median {median:.2e}, worst "
+    print(f"{what} {precision} precision: |logprob - reference| median {median:.2e}, worst "
           f"{max(off):.2e}; from exact precision median {median_moved:.2e}, worst {max(moved):.2e}")
-    if median > BF16_PRECISION_MEDIAN or max(off) > BF16_PRECISION_WORST:
-        raise Mismatch(f"{what} bf16 precision: median {median:.2e} / worst {max(off):.2e} from "
-                       f"the reference's bf16 products, beyond {BF16_PRECISION_MEDIAN:.0e} / "
-                       f"{BF16_PRECISION_WORST:.0e}")
+    if median > PRECISION_MEDIAN or max(off) > PRECISION_WORST:
+        raise Mismatch(f"{what} {precision} precision: median {median:.2e} / worst "
+                       f"{max(off):.2e} from the reference's {precision} products, beyond "
+                       f"{PRECISION_MEDIAN:.0e} / {PRECISION_WORST:.0e}")
     if not median < median_moved / 10:
-        raise Mismatch(f"{what} bf16 precision: median {median:.2e} from the reference's bf16 "
-                       f"products, not a tenth of exact precision's {median_moved:.2e}")
+        raise Mismatch(f"{what} {precision} precision: median {median:.2e} from the reference's "
+                       f"{precision} products, not a tenth of exact precision's "
+                       f"{median_moved:.2e}")
 
 
 def check_model(photon, work_dir, name, seed, config_json, dtypes):
@@ -149,9 +155,9 @@ def check_model(photon, work_dir, name, seed, config_json, dtypes):
             compare_logprobs(f"{name} {dtype} {what} score", engine, score(rounded, seq))
             if dtype != "f32":
                 drift.setdefault(dtype, []).extend(differences(engine, exact_scores[what]))
-            if dtype in PRECISION_DTYPES:
-                check_bf16_precision(photon, f"{name} {dtype} {what}", model_path, rounded, seq,
-                                     engine)
+            for precision in PRECISIONS[dtype] if dtype in PRECISIONS else ():
+                check_precision(photon, f"{name} {dtype} {what}", precision, model_path, rounded,
+                                seq, engine)
         modes = ["hiergen"] + (["recgen"] if config_json["arch"] == "photon" else [])
         for mode in modes:
             check_generation(photon, model_path, rounded, f"{name} {dtype} {mode}", mode,

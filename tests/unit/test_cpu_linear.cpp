@@ -266,11 +266,11 @@ TEST(CpuLinear, LinearGivesEachRowTheBitsOfTheRowAlone) {
     const Weights w(dtype, random_values(size_t(s.out) * s.in, 27, 0.1f));
     std::vector<float> alone(size_t(s.n) * s.out);
     for (int r = 0; r < s.n; ++r)
-      linear(x.data() + size_t(r) * s.in, 1, w.matrix(s), bias.data(),
+      linear({x.data() + size_t(r) * s.in}, 1, w.matrix(s), bias.data(),
              alone.data() + size_t(r) * s.out, false, widest(), 2);
     for (int n : counts) {
       std::vector<float> together(size_t(n) * s.out);
-      linear(x.data(), n, w.matrix(s), bias.data(), together.data(), false, widest(), 2);
+      linear({x.data()}, n, w.matrix(s), bias.data(), together.data(), false, widest(), 2);
       for (int r = 0; r < n; ++r) {
         const auto row = together.begin() + size_t(r) * s.out;
         ASSERT_TRUE(std::equal(row, row + s.out, alone.begin() + size_t(r) * s.out))
@@ -333,8 +333,8 @@ TEST(CpuLinear, AllPathsMatchDoubleProductWithBiasAndThreads) {
         std::vector<double> want, bound;
         reference(s, x, w.wide, &bias, y0, accumulate, &want, &bound);
         std::vector<float> one = y0, two = y0;
-        linear(x.data(), s.n, w.matrix(s), bias.data(), one.data(), accumulate, widest(), 1);
-        linear(x.data(), s.n, w.matrix(s), bias.data(), two.data(), accumulate, widest(), 2);
+        linear({x.data()}, s.n, w.matrix(s), bias.data(), one.data(), accumulate, widest(), 1);
+        linear({x.data()}, s.n, w.matrix(s), bias.data(), two.data(), accumulate, widest(), 2);
         expect_close(one, want, bound, what);
         EXPECT_EQ(one, two) << what << ": 1 and 2 threads differ";
       }
@@ -353,8 +353,8 @@ TEST(CpuLinear, StoredWeightsGiveTheBitsOfTheirF32Values) {
       const Weights wide(DType::F32, narrow.wide);
       const std::vector<float> x = random_values(size_t(s.n) * s.in, 10);
       std::vector<float> a(size_t(s.n) * s.out), b(a.size());
-      linear(x.data(), s.n, narrow.matrix(s), nullptr, a.data(), false, widest(), 2);
-      linear(x.data(), s.n, wide.matrix(s), nullptr, b.data(), false, widest(), 2);
+      linear({x.data()}, s.n, narrow.matrix(s), nullptr, a.data(), false, widest(), 2);
+      linear({x.data()}, s.n, wide.matrix(s), nullptr, b.data(), false, widest(), 2);
       EXPECT_EQ(a, b) << dtype_name(dtype) << " n " << s.n << " in " << s.in << " out " << s.out;
     }
   }
@@ -382,10 +382,10 @@ TEST(CpuLinear, GroupGivesTheBitsOfEachProductAlone) {
       for (size_t i = 0; i < shapes.size(); ++i) {
         const bool accumulate = i == 1;
         products.push_back({weights[i].matrix(shapes[i]), grouped[i].data(), accumulate});
-        linear(x.data(), n, weights[i].matrix(shapes[i]), nullptr, alone[i].data(), accumulate,
+        linear({x.data()}, n, weights[i].matrix(shapes[i]), nullptr, alone[i].data(), accumulate,
                widest(), 2);
       }
-      linear_group(x.data(), n, products, widest(), 2);
+      linear_group({x.data()}, n, products, widest(), 2);
       for (size_t i = 0; i < shapes.size(); ++i)
         EXPECT_EQ(grouped[i], alone[i])
             << dtype_name(dtype) << " n " << n << " product " << i << " of a group";
@@ -399,7 +399,7 @@ TEST(CpuLinear, SkinnyRowsDoNotDependOnTheirNeighboursOrOutputRange) {
     const Weights w(dtype, random_values(size_t(s.out) * s.in, 11, 0.1f));
     const std::vector<float> x = random_values(size_t(s.n) * s.in, 12);
     std::vector<float> all(size_t(s.n) * s.out);
-    linear(x.data(), s.n, w.matrix(s), nullptr, all.data(), false, widest(), 1);
+    linear({x.data()}, s.n, w.matrix(s), nullptr, all.data(), false, widest(), 1);
     for (int r = 0; r < s.n; ++r) {
       // Row r alone, its outputs computed in two ranges by the kernel directly.
       std::vector<float> alone(s.out);

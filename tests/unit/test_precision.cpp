@@ -1,9 +1,13 @@
 // The precision load option (photon_load_options_set_precision): how it is set, refused and
 // reported; on the CPU, bf16 precision is defined as the exact products of the input rounded to
-// bf16 (the same bits, on every kernel set and weight type); and the shipped trained model at bf16
+// bf16 (the same bits, on every kernel set and weight type), int8 precision as the products of the
+// input quantized per block (quantize_int8.h) with q8 weights (the same bits on every kernel set,
+// within f32 rounding of the float64 product); and the shipped trained model at bf16 and int8
 // precision keeps its perplexity within 1% of exact and its greedy tokens within 90%.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +17,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/quantize_int8.h"
 #include "core/dtype.h"
 #include "photon.h"
 #include "trained_model_quality.h"
@@ -65,6 +70,28 @@ TEST(Precision, IsSetReportedAndRefusedByName) {
   EXPECT_STREQ(photon_model_precision(load(photon::testing::kTrainedModelPath, "exact").get()),
                "exact");
   EXPECT_STREQ(photon_model_precision(nullptr), "");
+}
+
+// int8 is the CPU's: "auto" chooses the CPU for it, "cuda" refuses it before looking for a GPU.
+TEST(Precision, Int8IsTheCpusOnly) {
+  photon_load_options* options = nullptr;
+  ASSERT_EQ(photon_load_options_create(&options), PHOTON_OK);
+  ASSERT_EQ(photon_load_options_set_precision(options, "int8"), PHOTON_OK);
+  ASSERT_EQ(photon_load_options_set_device(options, "auto"), PHOTON_OK);
+  photon_model* model = nullptr;
+  ASSERT_EQ(photon_model_load(photon::testing::kTrainedModelPath.c_str(), options, &model),
+            PHOTON_OK)
+      << photon_last_error();
+  EXPECT_STREQ(photon_model_device(model), "cpu");
+  EXPECT_STREQ(photon_model_precision(model), "int8");
+  photon_model_free(model);
+  model = nullptr;
+  ASSERT_EQ(photon_load_options_set_device(options, "cuda"), PHOTON_OK);
+  EXPECT_EQ(photon_model_load(photon::testing::kTrainedModelPath.c_str(), options, &model),
+            PHOTON_ERR_UNSUPPORTED);
+  EXPECT_NE(std::strstr(photon_last_error(), "int8"), nullptr) << photon_last_error();
+  EXPECT_EQ(model, nullptr);
+  photon_load_options_free(options);
 }
 
 std::vector<float> random_values(std::mt19937& rng, size_t n) {
@@ -123,6 +150,94 @@ TEST(Precision, Bf16ProductsAreExactProductsOfTheRoundedInput) {
   }
 }
 
+// Blocks of 32: the scale max |x| / 127, values rounded to nearest (ties to even) within
+// [-127, 127]; zeros give d = 0, a non-finite value d = NaN.
+TEST(Precision, Int8QuantizesEachBlockByItsLargestValue) {
+  std::vector<float> x(5 * 32, 0.0f);
+  const float nan = std::nanf("");
+  x[0] = 127.0f, x[1] = 2.5f, x[2] = 3.5f, x[3] = -2.5f, x[4] = 126.6f, x[5] = 0.49f;
+  x[6] = -0.5f, x[7] = -1.5f;
+  x[64] = nan, x[65] = 1.0f;
+  x[96] = INFINITY;
+  x[128] = -254.0f, x[129] = 5.0f, x[130] = 7.0f, x[131] = 253.0f;
+  std::vector<int8_t> q(x.size());
+  std::vector<float> d(x.size() / 32);
+  photon::cpu::quantize_int8(x.data(), 5, 32, q.data(), d.data());
+  EXPECT_EQ(d[0], 1.0f);
+  EXPECT_EQ(std::vector<int>(q.begin(), q.begin() + 9),
+            (std::vector<int>{127, 2, 4, -2, 127, 0, 0, -2, 0}));
+  EXPECT_EQ(d[1], 0.0f);
+  EXPECT_EQ(std::count(q.begin() + 32, q.begin() + 64, 0), 32);
+  EXPECT_TRUE(std::isnan(d[2]));
+  EXPECT_TRUE(std::isnan(d[3]));
+  EXPECT_EQ(std::count(q.begin() + 64, q.begin() + 128, 0), 64);
+  EXPECT_EQ(d[4], 2.0f);
+  EXPECT_EQ(std::vector<int>(q.begin() + 128, q.begin() + 133),
+            (std::vector<int>{-127, 2, 4, 126, 0}));
+}
+
+// On every kernel set: a q8 product at int8 precision is the product of the quantized input and
+// the q8 values, within f32 rounding of its float64 value, with the same bits on every set (one
+// row and many, linear and linear_group); a product with other weights is the exact one.
+TEST(Precision, Int8ProductsAreProductsOfTheQuantizedInput) {
+  std::mt19937 rng(11);
+  const int64_t in = 96, out = 24;
+  const std::vector<float> wv = random_values(rng, out * in);
+  std::vector<uint8_t> q8(photon::dtype_bytes(DType::Q8, wv.size()));
+  std::vector<uint8_t> f16(photon::dtype_bytes(DType::F16, wv.size()));
+  photon::convert_from_f32(DType::Q8, wv.data(), q8.data(), wv.size());
+  photon::convert_from_f32(DType::F16, wv.data(), f16.data(), wv.size());
+  std::vector<float> w(wv.size());
+  photon::convert_to_f32(DType::Q8, q8.data(), w.data(), w.size());
+  for (const int64_t rows : {int64_t{1}, int64_t{37}}) {
+    std::vector<float> x = random_values(rng, rows * in);
+    for (int64_t k = 0; k < in; ++k) x[k] *= 1e-3f;  // blocks of very different scales
+    std::vector<int8_t> xq(x.size());
+    std::vector<float> xd(x.size() / 32);
+    photon::cpu::quantize_int8(x.data(), rows, in, xq.data(), xd.data());
+    std::vector<float> first;
+    for (const auto kernels : {photon::cpu::CpuKernels::Portable, photon::cpu::CpuKernels::Avx2,
+                               photon::cpu::CpuKernels::Avx512}) {
+      if (!photon::cpu::cpu_kernels_available(kernels)) continue;
+      SCOPED_TRACE(std::to_string(rows) + " rows, " + photon::cpu::cpu_kernels_name(kernels));
+      photon::cpu::CpuBackend int8(1, kernels, Precision::Int8), exact(1, kernels);
+      auto run = [&](photon::Backend& b, const std::vector<uint8_t>& stored, DType dtype) {
+        const photon::Tensor wt = b.weight({stored.data(), dtype, out, in}, "w");
+        const photon::Matrix xs = photon::new_matrix(b, rows, in, "x");
+        const photon::Matrix y = photon::new_matrix(b, rows, out, "y");
+        const photon::Matrix y2 = photon::new_matrix(b, rows, out, "y2");
+        b.upload(xs, x.data());
+        b.linear(xs, wt, nullptr, y, false);
+        const std::vector<photon::LinearOut> group = {{wt, y2, false}};
+        b.linear_group(xs, group);
+        std::vector<float> both = download(b, y);
+        const std::vector<float> second = download(b, y2);
+        both.insert(both.end(), second.begin(), second.end());
+        return both;
+      };
+      const std::vector<float> got = run(int8, q8, DType::Q8);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t o = 0; o < out; ++o) {
+          double want = 0, magnitude = 0;
+          for (int64_t k = 0; k < in; ++k) {
+            const double term = double(xd[(r * in + k) / 32]) * xq[r * in + k] * w[o * in + k];
+            want += term;
+            magnitude += std::fabs(term);
+          }
+          const float y = got[r * out + o];
+          EXPECT_NEAR(y, want, 1e-6 * magnitude) << "row " << r << ", output " << o;
+          EXPECT_EQ(got[(rows + r) * out + o], y) << "linear_group, row " << r << ", output " << o;
+        }
+      if (first.empty())
+        first = got;
+      else
+        EXPECT_EQ(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)), 0);
+      EXPECT_NE(got, run(exact, q8, DType::Q8)) << "the input was not quantized";
+      EXPECT_EQ(run(int8, f16, DType::F16), run(exact, f16, DType::F16));
+    }
+  }
+}
+
 // The quality bounds of bf16 precision (docs/quality.md): the shipped model's perplexity of a held
 // passage within 1% of exact's, and greedy tokens equal at >= 90% of 64 positions after each of 20
 // prompts.
@@ -132,6 +247,27 @@ TEST(Precision, Bf16KeepsTheTrainedModelsQuality) {
   const auto [want, got] =
       photon::testing::expect_quality_of(exact.get(), bf16.get(), "exact, bf16");
   EXPECT_NE(got, want) << "bf16 precision computed the exact log-probabilities";
+}
+
+// The same bounds for int8 precision, on the shipped model stored in q8 (against exact on that
+// file).
+TEST(Precision, Int8KeepsTheTrainedModelsQuality) {
+  const std::string q8 = std::string(PHOTON_BINARY_DIR) + "/test_precision_int8_" +
+                         std::to_string(getpid()) + ".photon";
+  photon_write_options* options = nullptr;
+  ASSERT_EQ(photon_write_options_create(&options), PHOTON_OK);
+  ASSERT_EQ(photon_write_options_set_dtype(options, PHOTON_DTYPE_Q8), PHOTON_OK);
+  ASSERT_EQ(photon_model_convert_from(photon::testing::kTrainedModelPath.c_str(), nullptr,
+                                      q8.c_str(), options),
+            PHOTON_OK)
+      << photon_last_error();
+  photon_write_options_free(options);
+  const ModelPtr exact = load(q8, "exact");
+  const ModelPtr int8 = load(q8, "int8");
+  std::remove(q8.c_str());
+  const auto [want, got] =
+      photon::testing::expect_quality_of(exact.get(), int8.get(), "q8 exact, int8");
+  EXPECT_NE(got, want) << "int8 precision computed the exact log-probabilities";
 }
 
 }  // namespace

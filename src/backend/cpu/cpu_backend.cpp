@@ -10,6 +10,7 @@
 #include "backend/cpu/host_tensor.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/logprob.h"
+#include "backend/cpu/quantize_int8.h"
 #include "backend/cpu/rmsnorm.h"
 #include "backend/cpu/rope.h"
 #include "backend/cpu/sample.h"
@@ -110,29 +111,48 @@ void CpuBackend::do_rmsnorm(const Tensor& x, const Tensor& w, const Tensor& y, f
   cpu::rmsnorm(host(x), host(w), host(y), rows_of(x), cols_of(x), eps, threads_);
 }
 
-const float* CpuBackend::product_input(const Tensor& x) {
-  if (precision_ == Precision::Exact) return host(x);
-  // Bf16: the products' input rounded to bf16, kept as f32 values (exact in f32), so that the
-  // kernels multiply bf16(x) by the weights in f32 as a GPU's bf16 tensor cores do.
-  thread_local std::vector<float> rounded;
+ProductInput CpuBackend::product_input(const Tensor& x, bool q8_weights) {
   const size_t n = static_cast<size_t>(x.rows) * static_cast<size_t>(x.cols);
-  if (rounded.size() < n) rounded.resize(n);
   const float* in = host(x);
-  for (size_t i = 0; i < n; ++i) rounded[i] = bf16_to_f32(f32_to_bf16(in[i]));
-  return rounded.data();
+  switch (precision_) {
+    case Precision::Exact: return {in};
+    case Precision::Bf16: {
+      // The products' input rounded to bf16, kept as f32 values (exact in f32), so that the
+      // kernels multiply bf16(x) by the weights in f32 as a GPU's bf16 tensor cores do.
+      thread_local std::vector<float> rounded;
+      if (rounded.size() < n) rounded.resize(n);
+      for (size_t i = 0; i < n; ++i) rounded[i] = bf16_to_f32(f32_to_bf16(in[i]));
+      return {rounded.data()};
+    }
+    case Precision::Int8: {
+      // q8 rows are whole blocks (the op contract), so x's rows are too.
+      if (!q8_weights) return {in};
+      thread_local std::vector<int8_t> q;
+      thread_local std::vector<float> d;
+      if (q.size() < n) q.resize(n);
+      if (d.size() < n / 32) d.resize(n / 32);
+      quantize_int8(in, x.rows, static_cast<int>(x.cols), q.data(), d.data());
+      return {in, q.data(), d.data()};
+    }
+  }
+  return {in};
 }
 
 void CpuBackend::do_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
                            bool accumulate) {
-  cpu::linear(product_input(x), rows_of(x), matrix(w), bias ? host(*bias) : nullptr, host(y),
-              accumulate, functions_, threads_);
+  cpu::linear(product_input(x, w.dtype == DType::Q8), rows_of(x), matrix(w),
+              bias ? host(*bias) : nullptr, host(y), accumulate, functions_, threads_);
 }
 
 void CpuBackend::do_linear_group(const Tensor& x, std::span<const LinearOut> outs) {
   std::vector<Product> products;
   products.reserve(outs.size());
-  for (const LinearOut& o : outs) products.push_back({matrix(o.w), host(o.y), o.accumulate});
-  cpu::linear_group(product_input(x), rows_of(x), products, functions_, threads_);
+  bool q8 = false;
+  for (const LinearOut& o : outs) {
+    products.push_back({matrix(o.w), host(o.y), o.accumulate});
+    q8 = q8 || o.w.dtype == DType::Q8;
+  }
+  cpu::linear_group(product_input(x, q8), rows_of(x), products, functions_, threads_);
 }
 
 void CpuBackend::do_rope_table(std::span<const int64_t> positions, int head_dim, float theta,

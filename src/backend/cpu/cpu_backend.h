@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/linear.h"
 
 namespace photon::cpu {
 
@@ -18,7 +19,8 @@ class CpuBackend final : public Backend {
   // threads: the most threads one call may compute with (the calling thread included); 0 or less
   // for every core the process may run on. kernels: PHOTON_ERR_UNSUPPORTED where this processor
   // lacks them. precision: Bf16 rounds the input of every product to bf16 first (the same
-  // function as a GPU's bf16 products, in f32 arithmetic; no faster here).
+  // function as a GPU's bf16 products, in f32 arithmetic; no faster here); Int8 quantizes the
+  // input of products with q8 weights and multiplies in integers.
   CpuBackend(int threads, CpuKernels kernels, Precision precision = Precision::Exact);
 
   std::string name() const override { return "cpu"; }
@@ -52,9 +54,10 @@ class CpuBackend final : public Backend {
                  float* logprobs) override;
   void do_logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) override;
 
-  // x's values as the products take them: x itself (Exact), or a copy rounded to bf16 on this
-  // thread, valid until its next call.
-  const float* product_input(const Tensor& x);
+  // x's values as the products take them: x itself (Exact), a copy rounded to bf16 (Bf16), x
+  // and, where q8_weights, its quantization (Int8); the copies are this thread's, valid until
+  // its next call.
+  ProductInput product_input(const Tensor& x, bool q8_weights);
 
   int threads_;
   CpuKernels kernels_;

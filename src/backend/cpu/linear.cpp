@@ -26,19 +26,19 @@ long round_up(long a, long multiple) {
   return ceil_div(a, multiple) * multiple;
 }
 
-SkinnyKernel skinny_kernel(const SkinnyKernels& k, DType dtype) {
+SkinnyKernel skinny_kernel(const SkinnyKernels& k, DType dtype, bool int8) {
   switch (dtype) {
     case DType::F32: return k.f32;
     case DType::BF16: return k.bf16;
     case DType::F16: return k.f16;
-    case DType::Q8: return k.q8;
+    case DType::Q8: return int8 ? k.q8_int8 : k.q8;
   }
   return k.f32;
 }
 
 // The skinny kernels over the outputs of every product in one parallel region, so that a thread
 // done with one matrix goes on to the next instead of waiting at the end of each.
-void skinny_products(const float* x, int n, std::span<const Product> products,
+void skinny_products(const ProductInput& x, int n, std::span<const Product> products,
                      const SkinnyKernels& skinny, int threads) {
   // Groups are small (Q, K, V at most): longer ones go a few products at a time, so that the item
   // tables below live on the stack instead of the heap at every call.
@@ -66,15 +66,24 @@ void skinny_products(const float* x, int n, std::span<const Product> products,
     while (item >= first[i + 1]) ++i;
     const Product& p = products[i];
     const long c = item - first[i];
-    skinny_kernel(skinny, p.w.dtype)({x, n, p.w.in, p.w.data, static_cast<int>(c * chunk[i]),
-                                      static_cast<int>(std::min<long>(p.w.out, (c + 1) * chunk[i])),
-                                      p.y, p.w.out, p.accumulate});
+    const SkinnyArgs args{x.x,
+                          n,
+                          p.w.in,
+                          p.w.data,
+                          static_cast<int>(c * chunk[i]),
+                          static_cast<int>(std::min<long>(p.w.out, (c + 1) * chunk[i])),
+                          p.y,
+                          p.w.out,
+                          p.accumulate,
+                          x.q,
+                          x.d};
+    skinny_kernel(skinny, p.w.dtype, x.q != nullptr)(args);
   });
 }
 
 }  // namespace
 
-void linear(const float* x, int n, const WeightMatrix& w, const float* bias, float* y,
+void linear(const ProductInput& x, int n, const WeightMatrix& w, const float* bias, float* y,
             bool accumulate, const SkinnyKernels& kernels, int threads) {
   if (n <= 0 || w.out <= 0) return;
   const Product product{w, y, accumulate};
@@ -87,7 +96,7 @@ void linear(const float* x, int n, const WeightMatrix& w, const float* bias, flo
   }
 }
 
-void linear_group(const float* x, int n, std::span<const Product> products,
+void linear_group(const ProductInput& x, int n, std::span<const Product> products,
                   const SkinnyKernels& kernels, int threads) {
   if (n <= 0 || products.empty()) return;
   skinny_products(x, n, products, kernels, threads);

@@ -13,6 +13,13 @@
 // exact in f32, so q8 products are f32 products with the dequantized matrix (rows of q8 have a
 // multiple of 32 columns, so no column is left over).
 //
+// The q8_int8 kernel (int8 precision) takes the activations quantized as well, per block of 32
+// columns (quantize_int8.h): an integer dot product per block, scaled in f32. Its order: for each
+// (r, o), eight lane sums a[m] over the blocks b in ascending order, a[m] = fma(t, xd[r, b] *
+// wd[o, b], a[m]) with t the exact integer sum of xq[r, k] wq[o, k] over k = 32 b + 4 m .. + 3,
+// then (a[m] + a[m + 4]), + 2, + 1. Every vector set, and the portable kernel, gives the same
+// bits.
+//
 // This header is included by the kernel files compiled for wider instruction sets: it must not
 // bring in inline code with external linkage (see skinny_gemm_avx2.cpp).
 #pragma once
@@ -44,14 +51,18 @@ struct SkinnyArgs {
   float* y = nullptr;       // row r at y + r * ldy
   int ldy = 0;
   bool accumulate = false;  // y += product instead of y = product
+  // The q8_int8 kernel's activations, in place of x: x quantized per block of 32 columns.
+  const int8_t* xq = nullptr;  // [n, in]
+  const float* xd = nullptr;   // [n, in / 32]: the blocks' scales
 };
 
 using SkinnyKernel = void (*)(const SkinnyArgs&);
 
-// The kernels of one instruction set: the skinny products per weight type, and the exact widening
-// of n 16-bit values to f32 (attention over bf16 and f16 KV caches).
+// The kernels of one instruction set: the skinny products per weight type (q8_int8: q8 weights and
+// int8 activations), and the exact widening of n 16-bit values to f32 (attention over bf16 and
+// f16 KV caches).
 struct SkinnyKernels {
-  SkinnyKernel f32, bf16, f16, q8;
+  SkinnyKernel f32, bf16, f16, q8, q8_int8;
   void (*widen_bf16)(const Bf16* src, float* dst, long n);
   void (*widen_f16)(const F16* src, float* dst, long n);
 };

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/skinny_gemm_tiles.h"
 #include "backend/cpu/skinny_gemm_x86.h"
+#include "backend/cpu/skinny_int8_tiles.h"
 
 namespace photon::cpu {
 
@@ -54,6 +55,38 @@ struct Avx2 : X86Common {
   static float sum(const Vec* parts) { return sum8(_mm256_add_ps(parts[0], parts[1])); }
 };
 
+// The q8_int8 kernel (skinny_int8_tiles.h). vpmaddubsw multiplies unsigned by signed bytes: the
+// weights enter as |q| and the activations carry the weights' signs. Its pairs of products, at
+// most 2 x 127 x 128, fit its 16-bit sums without saturating, even for a weight of -128.
+struct Avx2Int8 {
+  // 4 rows x 2 outputs of sums, and per output |q|, q and the scale: 3-4% faster than 3 x 2, 2 x 4
+  // or 5 x 2 at 8 and 32 rows (a 2,048 x 2,048 matrix, one thread on a Zen 3).
+  static constexpr int kRows = 4, kOutputs = 2;
+  using Acc = __m256;
+  struct Weight {
+    __m256i magnitude, sign;
+    __m256 d;
+  };
+  struct Act {
+    __m256i q;
+    __m256 d;
+  };
+  static Acc zero() { return _mm256_setzero_ps(); }
+  static Weight weight(const Q8Block* b) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->q));
+    return {_mm256_abs_epi8(q), q, Avx2::scale(b)};
+  }
+  static Act act(const int8_t* q, const float* d) {
+    return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)), _mm256_broadcast_ss(d)};
+  }
+  static void step(Acc& acc, const Act& x, const Weight& w) {
+    const __m256i pairs = _mm256_maddubs_epi16(w.magnitude, _mm256_sign_epi8(x.q, w.sign));
+    const __m256i quads = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(quads), _mm256_mul_ps(x.d, w.d), acc);
+  }
+  static float sum(Acc acc) { return X86Common::sum8(acc); }
+};
+
 template <class W>
 void widen(const W* src, float* dst, long n) {
   long i = 0;
@@ -63,7 +96,8 @@ void widen(const W* src, float* dst, long n) {
 
 }  // namespace
 
-const SkinnyKernels kSkinnyAvx2 = {skinny<Avx2, float>,   skinny<Avx2, Bf16>, skinny<Avx2, F16>,
-                                   skinny<Avx2, Q8Block>, widen<Bf16>,        widen<F16>};
+const SkinnyKernels kSkinnyAvx2 = {
+    skinny<Avx2, float>,   skinny<Avx2, Bf16>, skinny<Avx2, F16>, skinny<Avx2, Q8Block>,
+    skinny_int8<Avx2Int8>, widen<Bf16>,        widen<F16>};
 
 }  // namespace photon::cpu

@@ -100,12 +100,19 @@ void skinny_avx512(const SkinnyArgs& a) {
     skinny<Avx512, W>(a);
 }
 
+// AVX-512F has no byte multiplies (they are AVX512-BW's and VNNI's): int8 products run the AVX2
+// kernel, whose bits every set shares.
+void q8_int8_avx2(const SkinnyArgs& a) {
+  kSkinnyAvx2.q8_int8(a);
+}
+
 }  // namespace
 
 const SkinnyKernels kSkinnyAvx512 = {skinny_avx512<float, &SkinnyKernels::f32>,
                                      skinny_avx512<Bf16, &SkinnyKernels::bf16>,
                                      skinny_avx512<F16, &SkinnyKernels::f16>,
                                      skinny_avx512<Q8Block, &SkinnyKernels::q8>,
+                                     q8_int8_avx2,
                                      widen<Bf16>,
                                      widen<F16>};
 

@@ -1,8 +1,10 @@
 // The skinny kernels in plain C++: the fallback of CPUs without the vector kernels' instruction
 // sets. Sixteen-lane arrays, which compilers turn into whatever vectors the target has.
+#include <cmath>
 #include <cstring>
 
 #include "backend/cpu/skinny_gemm_tiles.h"
+#include "backend/cpu/skinny_int8_tiles.h"
 #include "core/dtype.h"
 
 namespace photon::cpu {
@@ -63,6 +65,37 @@ struct Portable {
   static float fma1(float a, float b, float c) { return a * b + c; }
 };
 
+// The q8_int8 kernel (skinny_int8_tiles.h), fused as the vector kernels are, so that all give the
+// same bits.
+struct PortableInt8 {
+  static constexpr int kRows = 3, kOutputs = 2;
+  struct Acc {
+    float v[8];
+  };
+  struct Block {
+    const int8_t* q;
+    float d;
+  };
+  using Weight = Block;
+  using Act = Block;
+  static Acc zero() { return Acc{}; }
+  static Weight weight(const Q8Block* b) { return {b->q, bf16_to_f32(b->scale)}; }
+  static Act act(const int8_t* q, const float* d) { return {q, *d}; }
+  static void step(Acc& acc, const Act& x, const Weight& w) {
+    const float d = x.d * w.d;
+    for (int m = 0; m < 8; ++m) {
+      int t = 0;
+      for (int u = 4 * m; u < 4 * m + 4; ++u) t += x.q[u] * w.q[u];
+      acc.v[m] = std::fma(static_cast<float>(t), d, acc.v[m]);
+    }
+  }
+  static float sum(const Acc& acc) {
+    float s[4];
+    for (int l = 0; l < 4; ++l) s[l] = acc.v[l] + acc.v[l + 4];
+    return (s[0] + s[2]) + (s[1] + s[3]);
+  }
+};
+
 template <class W>
 void widen(const W* src, float* dst, long n) {
   for (long i = 0; i < n; ++i) dst[i] = Portable::scalar(src + i);
@@ -74,6 +107,7 @@ const SkinnyKernels kSkinnyPortable = {skinny<Portable, float>,
                                        skinny<Portable, Bf16>,
                                        skinny<Portable, F16>,
                                        skinny<Portable, Q8Block>,
+                                       skinny_int8<PortableInt8>,
                                        widen<Bf16>,
                                        widen<F16>};
 

@@ -180,8 +180,8 @@ const Command kServeCommand = {
     "  --kv-type T            f32 (default), bf16 or f16 KV caches\n"
     "  --ctx N                each request's context length (default: the model's)\n"
     "  --device DEV           cpu (default), cuda, cuda:N or auto\n"
-    "  --precision P          exact or bf16 products (default: the device's, exact on the CPU,\n"
-    "                         bf16 on a GPU)\n"
+    "  --precision P          exact, bf16 or int8 (q8 models on the CPU) products (default:\n"
+    "                         the device's, exact on the CPU, bf16 on a GPU)\n"
     "  --threads N            compute with at most N threads (default: every core)\n"
     "  --quiet                no line on stderr per request\n",
     run_serve};
