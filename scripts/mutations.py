@@ -39,6 +39,17 @@ MUTATIONS = [
              "rounded[i] = bf16_to_f32(f32_to_bf16(in[i]));",
              "rounded[i] = in[i];",
              "bf16 precision leaves the products' input as it is (exact under another name)"),
+    Mutation("int8-avx2-sign-dropped", "src/backend/cpu/skinny_gemm_avx2.cpp",
+             "_mm256_maddubs_epi16(w.magnitude, _mm256_sign_epi8(x.q, w.sign))",
+             "_mm256_maddubs_epi16(w.magnitude, x.q)",
+             "the AVX2 int8 products multiply by |w|, forgetting the weights' signs"),
+    Mutation("int8-quantize-truncates", "src/backend/cpu/quantize_int8.cpp",
+             "const float rounded = (v + 0x1.8p23f) - 0x1.8p23f;",
+             "const float rounded = std::trunc(v);",
+             "int8 precision truncates x / d instead of rounding it to nearest"),
+    Mutation("int8-portable-scale-of-weights", "src/backend/cpu/skinny_gemm_portable.cpp",
+             "const float d = x.d * w.d;", "const float d = w.d;",
+             "the portable int8 products (the oracle) forget the activations' scales"),
     Mutation("precision-device-ignored", "src/api/api_model.cpp",
              "    const auto precision = options->device.precision;\n"
              "    options->device = photon::parse_device(device, \"photon_load_options_set_device\");\n"

@@ -97,6 +97,36 @@ uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | (m >> 13));
 }
 
+namespace {
+
+// The first of n values `stride` bytes apart whose exponent bits are all ones, or -1.
+template <typename Bits>
+int64_t first_with_exponent(const void* data, uint64_t n, uint64_t stride, Bits exponent) {
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  for (uint64_t i = 0; i < n; ++i) {
+    Bits bits;
+    std::memcpy(&bits, bytes + i * stride, sizeof(Bits));
+    if ((bits & exponent) == exponent) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t first_non_finite(DType t, const void* data, uint64_t n) {
+  switch (t) {
+    case DType::F32: return first_with_exponent<uint32_t>(data, n, 4, 0x7f800000u);
+    case DType::F16: return first_with_exponent<uint16_t>(data, n, 2, 0x7c00);
+    case DType::BF16: return first_with_exponent<uint16_t>(data, n, 2, 0x7f80);
+    case DType::Q8: {
+      const int64_t block =
+          first_with_exponent<uint16_t>(data, n / kQ8Block, kQ8BlockBytes, 0x7f80);
+      return block < 0 ? -1 : block * kQ8Block;
+    }
+  }
+  return -1;
+}
+
 void convert_to_f32(DType t, const void* src, float* dst, size_t n) {
   switch (t) {
     case DType::F32: std::memcpy(dst, src, n * 4); return;

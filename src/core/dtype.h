@@ -45,6 +45,10 @@ inline uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
+// The index of the first of n stored values of type t that is NaN or infinite, or -1. For Q8, the
+// first value of the first block whose scale is (its values d * q are then all NaN or infinite).
+int64_t first_non_finite(DType t, const void* data, uint64_t n);
+
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 

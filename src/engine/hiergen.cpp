@@ -324,14 +324,13 @@ class HierGenRunner final : public Runner {
           static_cast<int>((consumed / c.block_tokens(l - 1)) % c.level(l).chunk_len);
       StateReader::expect(level->n_pending() == n_pending,
                           name + " has the wrong number of pending children");
-      in.floats(level->pending(), lv.pending.slice(0, n_pending),
-                name + " pending children have the wrong size");
+      in.floats(level->pending(), lv.pending.slice(0, n_pending), name + " pending children");
       lv.n_pending = n_pending;
       in.window(level->window(), lv.window, name + " window");
       StateReader::expect(consumed == 0 || lv.window.n_outputs == n_pending + 1,
                           name + " window does not match its children");
     }
-    in.floats(state.top_last(), st.top_last, "the last top-level state has the wrong size");
+    in.floats(state.top_last(), st.top_last, "the last top-level state");
     st.has_top = consumed >= c.block_tokens(L);
     st.pos = consumed;
   }

@@ -142,15 +142,14 @@ class RecGenRunner final : public Runner {
                             n <= r.group_start + b2,
                         "the open unit does not match the history");
     in.cache(st.top(), r.top, r.group_start / c.block_tokens(L), "the top-level cache");
-    in.floats(st.top_last(), r.top_last, "the last top-level state has the wrong size");
+    in.floats(st.top_last(), r.top_last, "the last top-level state");
     r.has_top = r.group_start >= c.block_tokens(L);
     StateReader::expect(st.plans() && st.plans()->size() == static_cast<size_t>(L - 1),
                         "the plans are missing");
     for (int l = 2; l <= L; ++l) {
       const fb::Plan* p = st.plans()->Get(l - 2);
       StateReader::expect(p != nullptr, "a plan is missing");
-      in.floats(p->values(), r.plans[l],
-                "the plan of level " + std::to_string(l) + " has the wrong size");
+      in.floats(p->values(), r.plans[l], "the plan of level " + std::to_string(l));
     }
     StateReader::expect(st.group() && st.group()->size() == r.group.size(),
                         "the level-1 windows are missing");

@@ -154,9 +154,17 @@ void StateReader::cache(const fb::Cache* in, KvCache& c, int64_t expected_len,
   c.reserve(backend_, in->len());
   const size_t row = static_cast<size_t>(in->len()) * c.kv_dim;
   const size_t n = row * c.layers;
-  // The cache was allocated in the state's kv type: its stored bits go back unchanged.
+  // The cache was allocated in the state's kv type: its stored bits go back unchanged, once
+  // known to be finite (a NaN would spread to every later token's result).
   auto fill = [&](const auto* k, const auto* v) {
     expect(k && v && k->size() == n && v->size() == n, what + " has the wrong size");
+    for (const auto& [values, name] : {std::pair{k, "key"}, std::pair{v, "value"}}) {
+      const int64_t bad = first_non_finite(c.dtype, values->data(), n);
+      if (bad >= 0)
+        corrupt(what + " holds a NaN or infinite " + name + " (layer " +
+                std::to_string(bad / static_cast<int64_t>(row)) + ", position " +
+                std::to_string(bad % static_cast<int64_t>(row) / c.kv_dim) + ")");
+    }
     for (int layer = 0; row > 0 && layer < c.layers; ++layer) {
       backend_.upload(c.k_layer(layer).slice(0, in->len()), k->data() + layer * row);
       backend_.upload(c.v_layer(layer).slice(0, in->len()), v->data() + layer * row);
@@ -176,14 +184,17 @@ void StateReader::window(const fb::WindowState* in, Window& w, const std::string
   expect(consumed >= 0 && consumed <= w.chunk_len && (n == 0 || consumed >= n - 1),
          what + " has an invalid child count");
   cache(in->cache(), w.cache, n == 0 ? 0 : w.prefix_len + n - 1, what + " cache");
-  floats(in->outputs(), w.outputs.slice(0, n), what + " outputs have the wrong size");
+  floats(in->outputs(), w.outputs.slice(0, n), what + " outputs");
   w.n_outputs = n;
   w.consumed = consumed;
 }
 
 void StateReader::floats(const flatbuffers::Vector<float>* in, const Tensor& dst,
-                         const std::string& wrong_size) const {
-  expect(in && in->size() == static_cast<size_t>(dst.rows) * dst.cols, wrong_size);
+                         const std::string& what) const {
+  expect(in && in->size() == static_cast<size_t>(dst.rows) * dst.cols, what + ": wrong size");
+  const int64_t bad = first_non_finite(DType::F32, in->data(), in->size());
+  if (bad >= 0)
+    corrupt(what + ": a NaN or infinite value (row " + std::to_string(bad / dst.cols) + ")");
   if (in->size() > 0) backend_.upload(dst, in->data());
 }
 

@@ -72,9 +72,9 @@ class StateReader {
   void cache(const fb::Cache* in, KvCache& cache, int64_t expected_len,
              const std::string& what) const;
   void window(const fb::WindowState* in, Window& window, const std::string& what) const;
-  // Exactly dst.rows x dst.cols values, else Error(PHOTON_ERR_CORRUPT, wrong_size).
+  // Exactly dst.rows x dst.cols finite values, else Error(PHOTON_ERR_CORRUPT) naming `what`.
   void floats(const flatbuffers::Vector<float>* in, const Tensor& dst,
-              const std::string& wrong_size) const;
+              const std::string& what) const;
 
   // Throws Error(PHOTON_ERR_CORRUPT) naming what is wrong.
   static void expect(bool ok, const std::string& what);

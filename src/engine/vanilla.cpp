@@ -100,7 +100,7 @@ class VanillaRunner final : public Runner {
                             std::to_string(s.history.size()));
     VanillaState& st = s.as<VanillaState>();
     in.cache(cache, st.cache, -1, "the KV cache");
-    in.floats(state.hidden(), st.hidden, "the last hidden state has the wrong size");
+    in.floats(state.hidden(), st.hidden, "the last hidden state");
   }
 
  private:

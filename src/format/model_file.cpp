@@ -264,34 +264,20 @@ std::unique_ptr<ModelFile> ModelFile::open(const std::string& path, const Progre
 
 namespace {
 
-// The first of `count` floats `stride` bytes apart whose exponent bits are all ones (an infinity
-// or a NaN), or -1.
-template <typename Bits>
-int64_t first_non_finite(const uint8_t* data, uint64_t count, Bits exponent,
-                         uint64_t stride = sizeof(Bits)) {
-  for (uint64_t i = 0; i < count; ++i) {
-    Bits bits;
-    std::memcpy(&bits, data + i * stride, sizeof(Bits));
-    if ((bits & exponent) == exponent) return static_cast<int64_t>(i);
-  }
-  return -1;
-}
-
 std::string non_finite_name(float value) {
   return std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf";
 }
 
 // q8 tensors: their scales (the values, d * q, are then finite).
 void verify_q8_scales(const TensorEntry& t, const FileErrors& errors) {
-  const uint64_t blocks = t.size / kQ8BlockBytes;
-  const int64_t bad = first_non_finite<uint16_t>(t.data, blocks, 0x7f80, kQ8BlockBytes);
+  const int64_t bad = first_non_finite(DType::Q8, t.data, t.size / kQ8BlockBytes * kQ8Block);
   if (bad < 0) return;
+  const uint64_t first = static_cast<uint64_t>(bad), block = first / kQ8Block;
   float scale = 0.0f;
-  convert_to_f32(DType::BF16, t.data + static_cast<uint64_t>(bad) * kQ8BlockBytes, &scale, 1);
-  const uint64_t first = static_cast<uint64_t>(bad) * kQ8Block;
+  convert_to_f32(DType::BF16, t.data + block * kQ8BlockBytes, &scale, 1);
   errors.fail_tensor(PHOTON_ERR_NOT_FINITE, t.name,
                      "holds a q8 scale of " + non_finite_name(scale) + " in block " +
-                         std::to_string(bad) + " (elements " + std::to_string(first) + " to " +
+                         std::to_string(block) + " (elements " + std::to_string(first) + " to " +
                          std::to_string(first + kQ8Block - 1) + ", from " +
                          element_index(t.shape, first) + ")");
 }
@@ -306,10 +292,7 @@ void ModelFile::verify_data() const {
       continue;
     }
     const uint64_t count = t.size / dtype_size(t.dtype);
-    const int64_t bad = t.dtype == DType::F32
-                            ? first_non_finite<uint32_t>(t.data, count, 0x7f800000u)
-                        : t.dtype == DType::F16 ? first_non_finite<uint16_t>(t.data, count, 0x7c00)
-                                                : first_non_finite<uint16_t>(t.data, count, 0x7f80);
+    const int64_t bad = first_non_finite(t.dtype, t.data, count);
     if (bad >= 0) {
       float value = 0.0f;
       convert_to_f32(t.dtype, t.data + static_cast<uint64_t>(bad) * dtype_size(t.dtype), &value, 1);

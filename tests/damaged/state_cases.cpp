@@ -415,7 +415,7 @@ void add_hiergen_cases(StateCases<State>& s, const std::string& table, Part part
   s.edit(
       kHier, "LevelState.pending", "one value too many",
       [part](State& st) { part(st).levels[0]->pending.push_back(0); }, kCorrupt,
-      "level 1 pending children have the wrong size");
+      "level 1 pending children: wrong size");
   s.edit(
       kHier, "LevelState.n_pending", "+1",
       [part](State& st) { part(st).levels[1]->n_pending += 1; }, kCorrupt,
@@ -439,11 +439,18 @@ void add_hiergen_cases(StateCases<State>& s, const std::string& table, Part part
   s.edit(
       kHier, "WindowState.outputs", "one value too many",
       [part](State& st) { part(st).levels[1]->window->outputs.push_back(0); }, kCorrupt,
-      "level 2 window outputs have the wrong size");
+      "level 2 window outputs: wrong size");
   s.edit(
       kHier, table + ".top_last", "one value too many",
       [part](State& st) { part(st).top_last.push_back(0); }, kCorrupt,
-      "the last top-level state has the wrong size");
+      "the last top-level state: wrong size");
+  s.edit(
+      kHier, "Cache.k", "a NaN", [part](State& st) { part(st).levels[0]->encoder->k.back() = NAN; },
+      kCorrupt, "level 1 encoder cache holds a NaN or infinite key (layer");
+  s.edit(
+      kHier, table + ".top_last", "an infinity",
+      [part](State& st) { part(st).top_last.back() = -INFINITY; }, kCorrupt,
+      "the last top-level state: a NaN or infinite value (row 0)");
 }
 
 // RecGen's fields: `part` gives the table that holds them (named `table`), whose plans of levels
@@ -468,14 +475,14 @@ void add_recgen_cases(StateCases<State>& s, const std::string& table, size_t fir
   s.edit(
       kRec, table + ".top_last", "one value too many (RecGen)",
       [part](State& st) { part(st).top_last.push_back(0); }, kCorrupt,
-      "the last top-level state has the wrong size");
+      "the last top-level state: wrong size");
   s.edit(
       kRec, table + ".plans", "one plan missing", [part](State& st) { part(st).plans.pop_back(); },
       kCorrupt, "the plans are missing");
   s.edit(
       kRec, "Plan.values", "one value too many",
       [part, first_plan](State& st) { part(st).plans[first_plan]->values.push_back(0); }, kCorrupt,
-      "the plan of level 2 has the wrong size");
+      "the plan of level 2: wrong size");
   s.edit(
       kRec, table + ".group", "one window missing",
       [part](State& st) { part(st).group.pop_back(); }, kCorrupt,
@@ -502,7 +509,7 @@ void add_recgen_cases(StateCases<State>& s, const std::string& table, size_t fir
   s.edit(
       kRec, "WindowState.outputs", "absent (RecGen)",
       [part](State& st) { part(st).group[0]->outputs.clear(); }, kCorrupt,
-      "level-1 window 0 outputs have the wrong size");
+      "level-1 window 0 outputs: wrong size");
   // Whether the session has generated only decides whether more prompt is refused.
   s.edit(
       kRec, table + ".generated", "flipped",
@@ -518,7 +525,7 @@ void add_vanilla_cases(StateCases<State>& s, const std::string& table, Part part
   s.edit(
       kVanilla, table + ".hidden", "one value too many",
       [part](State& st) { part(st).hidden.push_back(0); }, kCorrupt,
-      "the last hidden state has the wrong size");
+      "the last hidden state: wrong size");
 }
 
 // A cache's K and V in 16 bits, as a session with bf16 KV caches saves them.
@@ -568,6 +575,13 @@ void add_kv_type_cases(StateCases<S>& s) {
         st.mode.AsHierGenState()->levels[0]->encoder->k16.push_back(0);
       },
       kCorrupt, "level 1 encoder cache has the wrong size");
+  s.edit(
+      kHier, "Cache.v16", "a bf16 infinity",
+      [to_bf16](S& st) {
+        to_bf16(st);
+        st.mode.AsHierGenState()->levels[0]->encoder->v16.front() = 0x7f80;
+      },
+      kCorrupt, "level 1 encoder cache holds a NaN or infinite value (layer 0, position 0)");
   s.edit(
       kRec, "Cache.v16", "a single value (RecGen top)",
       [to_bf16](S& st) {
