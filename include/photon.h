@@ -816,7 +816,7 @@ PHOTON_API photon_status photon_session_save_file(photon_session *session, const
  * tokenizer (PHOTON_ERR_WRONG_MODEL), a newer format (PHOTON_ERR_UNSUPPORTED_VERSION), a blob that
  * is not a session state (PHOTON_ERR_BAD_IDENTIFIER), a truncated one (PHOTON_ERR_TRUNCATED) or any
  * other damage (PHOTON_ERR_CORRUPT), among them a NaN or an infinity in a KV cache or a saved
- * activation (a session never saves one), each with a message saying what. */
+ * activation, each with a message saying what. */
 PHOTON_API photon_status photon_session_restore(const photon_model *model, const void *data,
                                                 size_t size, photon_session **out);
 /* As photon_session_restore, from a file. */
