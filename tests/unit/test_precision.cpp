@@ -151,18 +151,19 @@ TEST(Precision, Bf16ProductsAreExactProductsOfTheRoundedInput) {
 }
 
 // Blocks of 32: the scale max |x| / 127, values rounded to nearest (ties to even) within
-// [-127, 127]; zeros give d = 0, a non-finite value d = NaN.
+// [-127, 127]; zeros (and values too small for a scale) give d = 0, a non-finite value d = NaN.
 TEST(Precision, Int8QuantizesEachBlockByItsLargestValue) {
-  std::vector<float> x(5 * 32, 0.0f);
+  std::vector<float> x(6 * 32, 0.0f);
   const float nan = std::nanf("");
   x[0] = 127.0f, x[1] = 2.5f, x[2] = 3.5f, x[3] = -2.5f, x[4] = 126.6f, x[5] = 0.49f;
   x[6] = -0.5f, x[7] = -1.5f;
   x[64] = nan, x[65] = 1.0f;
   x[96] = INFINITY;
   x[128] = -254.0f, x[129] = 5.0f, x[130] = 7.0f, x[131] = 253.0f;
+  x[160] = 1e-44f, x[161] = -1e-44f;  // max / 127 underflows to 0
   std::vector<int8_t> q(x.size());
   std::vector<float> d(x.size() / 32);
-  photon::cpu::quantize_int8(x.data(), 5, 32, q.data(), d.data());
+  photon::cpu::quantize_int8(x.data(), 6, 32, q.data(), d.data());
   EXPECT_EQ(d[0], 1.0f);
   EXPECT_EQ(std::vector<int>(q.begin(), q.begin() + 9),
             (std::vector<int>{127, 2, 4, -2, 127, 0, 0, -2, 0}));
@@ -174,6 +175,8 @@ TEST(Precision, Int8QuantizesEachBlockByItsLargestValue) {
   EXPECT_EQ(d[4], 2.0f);
   EXPECT_EQ(std::vector<int>(q.begin() + 128, q.begin() + 133),
             (std::vector<int>{-127, 2, 4, 126, 0}));
+  EXPECT_EQ(d[5], 0.0f);
+  EXPECT_EQ(std::count(q.begin() + 160, q.end(), 0), 32);
 }
 
 // On every kernel set: a q8 product at int8 precision is the product of the quantized input and
