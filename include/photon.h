@@ -994,6 +994,19 @@ PHOTON_API photon_status photon_request_options_set_max_tokens(photon_request_op
 PHOTON_API photon_status photon_request_options_set_callback(photon_request_options *options,
                                                              photon_token_callback callback,
                                                              void *user_data);
+/* Told once that a request has finished: why it stopped, and PHOTON_OK or the error that ended it
+ * (photon_request_error has the message). */
+typedef void (*photon_request_finish_callback)(void *user_data, photon_stop_reason reason,
+                                               photon_status status);
+/* Calls callback once when the request finishes, after its last token callback: on the engine's
+ * stepping thread, or, for a request that photon_engine_free cancels, on the thread freeing the
+ * engine; it may come before photon_engine_submit has returned the handle to another thread. The
+ * request is PHOTON_REQUEST_FINISHED by then, and callback may read it (photon_request_get_*,
+ * photon_request_error, photon_request_next_token), but must not call photon_engine_* functions
+ * or free the request. No call comes once photon_request_free has returned. NULL (the default)
+ * calls nothing: photon_request_wait and photon_request_get_state tell the end instead. */
+PHOTON_API photon_status photon_request_options_set_finish_callback(
+    photon_request_options *options, photon_request_finish_callback callback, void *user_data);
 
 /* Submits a request; on success *out is its handle (free it with photon_request_free), returned at
  * once: the request waits for a step to admit it. It needs a prompt, a state or a session, and

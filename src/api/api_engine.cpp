@@ -28,6 +28,8 @@ struct photon_request_options {
   int32_t max_tokens = -1;
   photon_token_callback callback = nullptr;
   void* user_data = nullptr;
+  photon_request_finish_callback finish_callback = nullptr;
+  void* finish_user_data = nullptr;
 };
 
 struct photon_engine {
@@ -272,6 +274,16 @@ photon_status photon_request_options_set_callback(photon_request_options* o,
   });
 }
 
+photon_status photon_request_options_set_finish_callback(photon_request_options* o,
+                                                         photon_request_finish_callback callback,
+                                                         void* user_data) {
+  return guard([&] {
+    require(o, "photon_request_options_set_finish_callback", "options is NULL");
+    o->finish_callback = callback;
+    o->finish_user_data = user_data;
+  });
+}
+
 // ---- requests ----------------------------------------------------------------------------------
 
 photon_status photon_engine_submit(photon_engine* engine, const photon_request_options* options,
@@ -310,6 +322,11 @@ photon_status photon_engine_submit(photon_engine* engine, const photon_request_o
     spec.state = o.state;
     spec.max_tokens = o.max_tokens;
     spec.callback = wrap(o.callback, o.user_data);
+    if (o.finish_callback)
+      spec.on_finish = [callback = o.finish_callback, user_data = o.finish_user_data](
+                           photon_stop_reason reason, photon_status status) {
+        callback(user_data, reason, status);
+      };
     auto handle = std::make_unique<photon_request>();
     handle->owner = engine->owner;
     if (o.continued) spec.session = std::move(o.continued->session);

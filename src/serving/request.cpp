@@ -88,6 +88,21 @@ std::unique_ptr<Session> Request::take_session(std::string_view who) {
   return std::move(session);
 }
 
+template <class Call>
+bool Request::call_back(Call&& call) {
+  std::lock_guard<std::mutex> calling(callback_mutex_);
+  if (released_.load()) return false;
+  callback_thread_.store(std::this_thread::get_id());
+  try {
+    call();
+  } catch (...) {
+    callback_thread_.store(std::thread::id());
+    throw;
+  }
+  callback_thread_.store(std::thread::id());
+  return true;
+}
+
 bool Request::deliver(int32_t token, std::string_view piece, float logprob) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -98,18 +113,9 @@ bool Request::deliver(int32_t token, std::string_view piece, float logprob) {
       return true;
     }
   }
-  std::lock_guard<std::mutex> calling(callback_mutex_);
-  if (released_.load()) return false;
-  callback_thread_.store(std::this_thread::get_id());
   bool go_on = false;
-  try {
-    go_on = spec_.callback(token, piece, logprob);
-  } catch (...) {
-    callback_thread_.store(std::thread::id());
-    throw;
-  }
-  callback_thread_.store(std::thread::id());
-  return go_on && !released_.load();
+  return call_back([&] { go_on = spec_.callback(token, piece, logprob); }) && go_on &&
+         !released_.load();
 }
 
 void Request::set_state(RequestState state) {
@@ -142,18 +148,21 @@ void Request::finish(photon_stop_reason reason, photon_status status, std::strin
   if (status != PHOTON_OK) session.reset();
   saved.clear();
   saved.shrink_to_fit();
-  std::lock_guard<std::mutex> lock(mutex_);
-  const Clock::time_point now = Clock::now();
-  if (stats_.paused_since) {
-    stats_.paused += now - *stats_.paused_since;
-    stats_.paused_since.reset();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const Clock::time_point now = Clock::now();
+    if (stats_.paused_since) {
+      stats_.paused += now - *stats_.paused_since;
+      stats_.paused_since.reset();
+    }
+    stats_.finished = now;
+    stop_reason_ = reason;
+    status_ = status;
+    error_ = std::move(error);
+    state_ = RequestState::Finished;
+    changed_.notify_all();
   }
-  stats_.finished = now;
-  stop_reason_ = reason;
-  status_ = status;
-  error_ = std::move(error);
-  state_ = RequestState::Finished;
-  changed_.notify_all();
+  if (spec_.on_finish) call_back([&] { spec_.on_finish(reason, status); });
 }
 
 }  // namespace photon::serving

@@ -29,6 +29,8 @@ using Clock = std::chrono::steady_clock;
 
 // Receives a delivered token on the stepping thread; false stops the request.
 using RequestCallback = std::function<bool(int32_t token, std::string_view piece, float logprob)>;
+// Told once that the request finished, after its last token (Request::finish).
+using FinishCallback = std::function<void(photon_stop_reason reason, photon_status status)>;
 
 // The settings of a session the engine creates for a request (photon_session_options, resolved
 // against the model: AUTO made concrete, context 0 made the model's).
@@ -49,6 +51,7 @@ struct RequestSpec {
   std::unique_ptr<Session> session;  // a live session to continue, or null
   int32_t max_tokens = -1;           // -1: up to the context
   RequestCallback callback;          // empty: tokens are queued for next_token()
+  FinishCallback on_finish;          // may be empty
 };
 
 enum class RequestState { Waiting, Running, Paused, Finished };
@@ -78,8 +81,8 @@ class Request {
   // ---- any thread ----
   void cancel() { cancel_requested_.store(true); }
   bool cancel_requested() const { return cancel_requested_.load(); }
-  // The handle was freed: cancel, and call the callback no more once this returns (unless it is
-  // called from the callback itself, which then is the last call).
+  // The handle was freed: cancel, and call the callbacks no more once this returns (unless it is
+  // called from a callback itself, which then is the last call).
   void release();
   RequestState state() const;
   photon_stop_reason stop_reason() const;
@@ -114,7 +117,8 @@ class Request {
   void set_state(RequestState state);
   void count_prompt(int64_t n);
   void count_reused(int64_t n);
-  // Ends the request; its session stays for save/take unless the request failed.
+  // Ends the request, then tells on_finish (unless released); its session stays for save/take
+  // unless the request failed. Called on the stepping thread, or by the engine's destructor.
   void finish(photon_stop_reason reason, photon_status status = PHOTON_OK, std::string error = {});
 
  private:
@@ -133,7 +137,11 @@ class Request {
   Token end_{-1, 0.0f, {}};
   bool taken_ = false;
 
-  // Held while the callback runs, so that release() can wait for it to return.
+  // Runs `call` under callback_mutex_ unless the handle was released; false when it was.
+  template <class Call>
+  bool call_back(Call&& call);
+
+  // Held while a callback runs, so that release() can wait for it to return.
   std::mutex callback_mutex_;
   std::atomic<std::thread::id> callback_thread_{};
 };

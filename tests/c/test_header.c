@@ -402,6 +402,9 @@ static void test_engine_contract(void) {
   CHECK_STATUS(photon_request_options_set_session_options(request_options, NULL),
                PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_request_options_set_callback(request_options, NULL, NULL), PHOTON_OK);
+  CHECK_STATUS(photon_request_options_set_finish_callback(request_options, NULL, NULL), PHOTON_OK);
+  CHECK_STATUS(photon_request_options_set_finish_callback(NULL, NULL, NULL),
+               PHOTON_ERR_INVALID_ARGUMENT);
   photon_request_options_free(request_options);
 }
 

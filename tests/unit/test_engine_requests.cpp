@@ -605,6 +605,83 @@ TEST_F(EngineLimits, ACallbackThatStopsEndsOnlyItsOwnRequest) {
   photon_engine_free(engine);
 }
 
+// The finish callback comes once per request, after its last token, however the request ends: its
+// length reached, failed, cancelled while waiting, or cancelled by photon_engine_free (on the
+// freeing thread); never after photon_request_free.
+TEST_F(EngineLimits, FinishCallbacksComeOnceAfterTheLastToken) {
+  struct Seen {
+    photon_request* request = nullptr;
+    int tokens = 0, finishes = 0, tokens_at_finish = -1;
+    photon_stop_reason reason = PHOTON_STOP_NONE;
+    photon_status status = PHOTON_OK;
+    photon_request_state state = PHOTON_REQUEST_WAITING;
+  };
+  photon_engine* engine = make_engine(model_);
+  auto submit_seen = [&](const Ask& a, Seen* seen, bool damaged_state) {
+    photon_request_options* o = nullptr;
+    EXPECT_EQ(photon_request_options_create(&o), PHOTON_OK);
+    EXPECT_EQ(photon_request_options_set_prompt(o, a.prompt.data(), a.prompt.size()), PHOTON_OK);
+    EXPECT_EQ(photon_request_options_set_max_tokens(o, a.max_tokens), PHOTON_OK);
+    const uint8_t junk[16] = {1, 2, 3};
+    if (damaged_state) {
+      EXPECT_EQ(photon_request_options_set_state(o, junk, sizeof junk), PHOTON_OK);
+    }
+    EXPECT_EQ(photon_request_options_set_callback(
+                  o,
+                  [](void* user, int32_t, const char*, size_t, float) {
+                    ++static_cast<Seen*>(user)->tokens;
+                    return 0;
+                  },
+                  seen),
+              PHOTON_OK);
+    EXPECT_EQ(photon_request_options_set_finish_callback(
+                  o,
+                  [](void* user, photon_stop_reason reason, photon_status status) {
+                    auto* s = static_cast<Seen*>(user);
+                    ++s->finishes;
+                    s->tokens_at_finish = s->tokens;
+                    s->reason = reason;
+                    s->status = status;
+                    s->state = photon_request_get_state(s->request);
+                  },
+                  seen),
+              PHOTON_OK);
+    EXPECT_EQ(photon_engine_submit(engine, o, &seen->request), PHOTON_OK) << photon_last_error();
+    photon_request_options_free(o);
+  };
+  Seen done, failed, cancelled, freed, left_running;
+  Ask a = long_ask(0);
+  a.max_tokens = 6;
+  submit_seen(a, &done, false);
+  submit_seen(long_ask(1), &failed, true);
+  submit_seen(long_ask(2), &cancelled, false);
+  submit_seen(long_ask(3), &freed, false);
+  submit_seen(long_ask(4), &left_running, false);
+  photon_request_cancel(cancelled.request);
+  photon_request_free(freed.request);
+  for (int step = 0; step < 12; ++step)  // `left_running` has no limit: it runs on
+    ASSERT_EQ(photon_engine_step(engine, nullptr), PHOTON_OK) << photon_last_error();
+  EXPECT_EQ(done.finishes, 1);
+  EXPECT_EQ(done.reason, PHOTON_STOP_LENGTH);
+  EXPECT_EQ(done.tokens_at_finish, 6);
+  EXPECT_EQ(done.state, PHOTON_REQUEST_FINISHED);
+  EXPECT_EQ(failed.finishes, 1);
+  EXPECT_EQ(failed.reason, PHOTON_STOP_ERROR);
+  EXPECT_EQ(failed.status, photon_request_status(failed.request));
+  EXPECT_NE(failed.status, PHOTON_OK);
+  EXPECT_EQ(cancelled.finishes, 1);
+  EXPECT_EQ(cancelled.reason, PHOTON_STOP_CANCELLED);
+  EXPECT_EQ(freed.finishes, 0);
+  EXPECT_EQ(left_running.finishes, 0);
+  EXPECT_GT(left_running.tokens, 0);
+  photon_engine_free(engine);
+  EXPECT_EQ(left_running.finishes, 1);
+  EXPECT_EQ(left_running.reason, PHOTON_STOP_CANCELLED);
+  EXPECT_EQ(left_running.tokens_at_finish, left_running.tokens);
+  EXPECT_EQ(done.finishes + failed.finishes + cancelled.finishes, 3);
+  for (Seen* s : {&done, &failed, &cancelled, &left_running}) photon_request_free(s->request);
+}
+
 TEST_F(EngineLimits, BadRequestsFailWithTheirMessage) {
   photon_engine* engine = make_engine(model_);
   photon_request_options* o = nullptr;

@@ -3,17 +3,10 @@
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 namespace photon::serve {
 
 namespace net = boost::asio;
-
-namespace {
-// How often the tracker looks for finished requests while some run: a request's reply ends at
-// most this much after its last engine step.
-constexpr auto kPollInterval = std::chrono::milliseconds(2);
-}  // namespace
 
 Generation::Generation(net::io_context& io) : io_(io) {}
 
@@ -25,6 +18,8 @@ Generation::~Generation() {
 photon_status Generation::submit(photon_engine* engine, photon_request_options* options,
                                  std::shared_ptr<GenerationObserver> observer) {
   photon_status status = photon_request_options_set_callback(options, &Generation::on_token, this);
+  if (status == PHOTON_OK)
+    status = photon_request_options_set_finish_callback(options, &Generation::on_finish, this);
   if (status == PHOTON_OK) status = photon_engine_submit(engine, options, &request_);
   if (status == PHOTON_OK) observer_ = std::move(observer);
   return status;
@@ -43,11 +38,34 @@ int Generation::on_token(void* user, int32_t token, const char* piece, size_t pi
     return 1;  // out of memory: end this request rather than throw through the C API
   }
   if (wake) {
-    net::post(self->io_, [weak = self->weak_from_this()] {
-      if (auto generation = weak.lock()) generation->deliver();
-    });
+    try {
+      self->post([](Generation& g) { g.deliver(); });
+    } catch (...) {
+      return 1;
+    }
   }
   return self->stop_.load() ? 1 : 0;
+}
+
+void Generation::on_finish(void* user, photon_stop_reason, photon_status) {
+  auto* self = static_cast<Generation*>(user);
+  try {
+    // Behind any token wake-up posted before it: the last tokens are handed over first.
+    self->post([](Generation& g) {
+      if (g.end_)
+        g.end_(g);
+      else
+        g.finish();
+    });
+  } catch (...) {
+    // Out of memory: the request's reply cannot end; nothing else here can throw.
+  }
+}
+
+void Generation::post(void (*what)(Generation&)) {
+  net::post(io_, [weak = weak_from_this(), what] {
+    if (auto generation = weak.lock()) what(*generation);
+  });
 }
 
 void Generation::deliver() {
@@ -68,47 +86,19 @@ void Generation::finish() {
   if (observer) observer->on_finished();
 }
 
-struct GenerationTracker::Timer {
-  explicit Timer(net::io_context& io) : timer(io) {}
-  net::steady_timer timer;
-};
-
-GenerationTracker::GenerationTracker(net::io_context& io, photon_engine* engine)
-    : engine_(engine), timer_(std::make_unique<Timer>(io)) {}
-
-GenerationTracker::~GenerationTracker() = default;
-
 void GenerationTracker::add(std::shared_ptr<Generation> generation) {
+  generation->on_end([this](Generation& g) { ended(g); });
   active_.push_back(std::move(generation));
-  finished_seen_ = -1;  // look at the new request on the next poll, whatever the count says
-  schedule();
 }
 
-void GenerationTracker::schedule() {
-  if (scheduled_ || active_.empty()) return;
-  scheduled_ = true;
-  timer_->timer.expires_after(kPollInterval);
-  timer_->timer.async_wait([this](const boost::system::error_code& ec) {
-    scheduled_ = false;
-    if (!ec) poll();
-  });
-}
-
-void GenerationTracker::poll() {
-  double finished = 0;
-  photon_engine_get_stat(engine_, PHOTON_ENGINE_FINISHED, &finished);
-  if (finished != finished_seen_) {
-    finished_seen_ = finished;
-    std::vector<std::shared_ptr<Generation>> ended;
-    const auto running = std::stable_partition(active_.begin(), active_.end(), [](const auto& g) {
-      return photon_request_get_state(g->request()) != PHOTON_REQUEST_FINISHED;
-    });
-    ended.assign(std::make_move_iterator(running), std::make_move_iterator(active_.end()));
-    active_.erase(running, active_.end());
-    // Observers may add generations (a retry) while being told: `ended` is apart from active_.
-    for (auto& g : ended) g->finish();
-  }
-  schedule();
+void GenerationTracker::ended(Generation& generation) {
+  const auto it = std::find_if(active_.begin(), active_.end(),
+                               [&](const auto& g) { return g.get() == &generation; });
+  if (it == active_.end()) return;
+  // Held here while the observer is told: it may add generations (a retry) or drop its own.
+  const std::shared_ptr<Generation> ending = std::move(*it);
+  active_.erase(it);
+  ending->finish();
 }
 
 void GenerationTracker::stop_soon() {

@@ -3,15 +3,14 @@
 // Tokens reach the network thread without ever making the engine's stepping thread wait for it:
 // the request's token callback (on the stepping thread) appends the token to the generation's
 // list under a short lock and, when the list was empty, posts one wake-up to the io_context; the
-// network thread then takes the whole list. A request ends inside an engine step without a
-// callback, so the GenerationTracker notices the end: while requests run, it reads the engine's
-// count of finished requests every couple of milliseconds and, when the count moved, looks at
-// which of its requests finished.
+// network thread then takes the whole list. The request's finish callback (on the stepping thread,
+// after its last token) posts its end the same way, behind the tokens, and the GenerationTracker
+// hands the last tokens over and lets the generation go.
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,7 +46,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
   Generation(const Generation&) = delete;
   Generation& operator=(const Generation&) = delete;
 
-  // Submits `options` (its callback is set here) with `observer` to be told. PHOTON_OK, or the
+  // Submits `options` (its callbacks are set here) with `observer` to be told. PHOTON_OK, or the
   // failure's status with the message in photon_last_error().
   photon_status submit(photon_engine* engine, photon_request_options* options,
                        std::shared_ptr<GenerationObserver> observer);
@@ -63,14 +62,20 @@ class Generation : public std::enable_shared_from_this<Generation> {
   // Network thread: hands over the last tokens and tells the observer that the request finished,
   // then lets the observer go.
   void finish();
+  // Network thread: what to do once the request has finished (the tracker's), instead of finish().
+  void on_end(std::function<void(Generation&)> end) { end_ = std::move(end); }
 
  private:
   static int on_token(void* user, int32_t token, const char* piece, size_t piece_len,
                       float logprob);
+  static void on_finish(void* user, photon_stop_reason reason, photon_status status);
+  // Posts `what` to the network thread, holding this generation only weakly.
+  void post(void (*what)(Generation&));
 
   boost::asio::io_context& io_;
   photon_request* request_ = nullptr;
   std::shared_ptr<GenerationObserver> observer_;
+  std::function<void(Generation&)> end_;
   std::atomic<bool> stop_{false};
 
   std::mutex mutex_;  // guards what follows (the stepping thread appends, the network takes)
@@ -78,11 +83,10 @@ class Generation : public std::enable_shared_from_this<Generation> {
   bool wake_posted_ = false;
 };
 
-// Watches the running generations of one engine for their end (network thread only).
+// The running generations of one engine, each until its end (network thread only).
 class GenerationTracker {
  public:
-  GenerationTracker(boost::asio::io_context& io, photon_engine* engine);
-  ~GenerationTracker();
+  GenerationTracker() = default;
   GenerationTracker(const GenerationTracker&) = delete;
   GenerationTracker& operator=(const GenerationTracker&) = delete;
 
@@ -93,14 +97,8 @@ class GenerationTracker {
   void cancel_all();
 
  private:
-  struct Timer;
-  void schedule();
-  void poll();
+  void ended(Generation& generation);
 
-  photon_engine* engine_;
-  std::unique_ptr<Timer> timer_;
-  bool scheduled_ = false;
-  double finished_seen_ = -1;
   std::vector<std::shared_ptr<Generation>> active_;
 };
 

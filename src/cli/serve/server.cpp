@@ -421,7 +421,7 @@ class Server final : public RequestHandler {
     m.max_tokens = options_.max_tokens > 0 ? options_.max_tokens : m.context;
     m.mode = options_.mode;
     m.kv_type = options_.kv_type;
-    tracker_ = std::make_unique<GenerationTracker>(io_, result.engine);
+    tracker_ = std::make_unique<GenerationTracker>();
     ctx_.tracker = tracker_.get();
     started_ = static_cast<int64_t>(std::time(nullptr));
     if (stopping_) return;
