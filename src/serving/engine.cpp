@@ -46,10 +46,14 @@ Engine::~Engine() {
     worker = worker_running_;
   }
   if (worker) stop(false);
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (auto* queue : {&waiting_, &paused_})
-    for (auto& r : *queue) r->finish(PHOTON_STOP_CANCELLED);
-  for (auto& r : running_) {
+  // Finished outside the lock: their finish callbacks run on this thread.
+  std::vector<std::shared_ptr<Request>> left;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto* queue : {&waiting_, &paused_}) left.insert(left.end(), queue->begin(), queue->end());
+    left.insert(left.end(), running_.begin(), running_.end());
+  }
+  for (auto& r : left) {
     r->session.reset();
     r->finish(PHOTON_STOP_CANCELLED);
   }
