@@ -46,7 +46,7 @@ RequestStats Request::stats() const {
 
 bool Request::wait(std::optional<Clock::time_point> deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
-  const auto done = [&] { return state_ == RequestState::Finished; };
+  const auto done = [&] { return told_; };
   if (!deadline) {
     changed_.wait(lock, done);
     return true;
@@ -56,7 +56,7 @@ bool Request::wait(std::optional<Clock::time_point> deadline) {
 
 const Request::Token* Request::peek_token(std::optional<Clock::time_point> deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
-  const auto ready = [&] { return !queue_.empty() || state_ == RequestState::Finished; };
+  const auto ready = [&] { return !queue_.empty() || told_; };
   if (!deadline)
     changed_.wait(lock, ready);
   else if (!changed_.wait_until(lock, *deadline, ready))
@@ -160,9 +160,13 @@ void Request::finish(photon_stop_reason reason, photon_status status, std::strin
     status_ = status;
     error_ = std::move(error);
     state_ = RequestState::Finished;
-    changed_.notify_all();
   }
   if (spec_.on_finish) call_back([&] { spec_.on_finish(reason, status); });
+  // Waiters wake after on_finish has returned, so that a request waited for and then freed has
+  // been told its end.
+  std::lock_guard<std::mutex> lock(mutex_);
+  told_ = true;
+  changed_.notify_all();
 }
 
 }  // namespace photon::serving

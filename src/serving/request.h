@@ -129,6 +129,7 @@ class Request {
   mutable std::mutex mutex_;  // guards what follows
   std::condition_variable changed_;
   RequestState state_ = RequestState::Waiting;
+  bool told_ = false;  // finished and on_finish returned: what wait() and the puller wait for
   photon_stop_reason stop_reason_ = PHOTON_STOP_NONE;
   photon_status status_ = PHOTON_OK;
   std::string error_;

@@ -787,6 +787,7 @@ TEST(EngineThreads, SubmittersCancellersFreersAndReadersRaceTheWorker) {
     Generated got;
     std::atomic<bool> freed{false};
     std::atomic<int> after_free{0};
+    std::atomic<int> finishes{0};
   };
   const auto on_token = [](void* user, int32_t token, const char*, size_t, float logprob) {
     auto* rec = static_cast<Record*>(user);
@@ -794,6 +795,11 @@ TEST(EngineThreads, SubmittersCancellersFreersAndReadersRaceTheWorker) {
     rec->got.tokens.push_back(token);
     rec->got.logprobs.push_back(logprob);
     return 0;
+  };
+  const auto on_finish = [](void* user, photon_stop_reason, photon_status) {
+    auto* rec = static_cast<Record*>(user);
+    if (rec->freed.load()) ++rec->after_free;
+    ++rec->finishes;
   };
   constexpr int kThreads = 4, kPerThread = 10;
   std::vector<std::unique_ptr<Record>> records(kThreads * kPerThread);
@@ -823,6 +829,8 @@ TEST(EngineThreads, SubmittersCancellersFreersAndReadersRaceTheWorker) {
         photon_request_options_set_prompt(o, a.prompt.data(), a.prompt.size());
         photon_request_options_set_max_tokens(o, a.max_tokens);
         photon_request_options_set_callback(o, on_token, records[static_cast<size_t>(k)].get());
+        photon_request_options_set_finish_callback(o, on_finish,
+                                                   records[static_cast<size_t>(k)].get());
         photon_request* r = nullptr;
         ASSERT_EQ(photon_engine_submit(engine, o, &r), PHOTON_OK) << photon_last_error();
         photon_request_options_free(o);
@@ -848,6 +856,13 @@ TEST(EngineThreads, SubmittersCancellersFreersAndReadersRaceTheWorker) {
   EXPECT_EQ(engine_stat(engine, PHOTON_ENGINE_FINISHED), kThreads * kPerThread);
   for (int k = 0; k < kThreads * kPerThread; ++k) {
     EXPECT_EQ(records[static_cast<size_t>(k)]->after_free.load(), 0) << "request " << k;
+    // Waited for, a request has been told its end; freed while it may run, at most once.
+    const int finishes = records[static_cast<size_t>(k)]->finishes.load();
+    if (k % 3 != 2) {
+      EXPECT_EQ(finishes, 1) << "request " << k;
+    } else {
+      EXPECT_LE(finishes, 1) << "request " << k;
+    }
     if (k % 3 != 0) continue;
     Ask a;
     a.prompt = prompt(10 + k % 7, k);
