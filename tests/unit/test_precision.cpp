@@ -107,6 +107,24 @@ std::vector<float> download(photon::Backend& b, const photon::Tensor& t) {
   return out;
 }
 
+// linear's result for x[rows, in] with the weight `source`, then linear_group's, one after the
+// other.
+std::vector<float> linear_and_group(photon::Backend& b, const photon::HostWeight& source,
+                                    int64_t rows, const std::vector<float>& x) {
+  const photon::Tensor w = b.weight(source, "w");
+  const photon::Matrix xs = photon::new_matrix(b, rows, source.cols, "x");
+  const photon::Matrix y = photon::new_matrix(b, rows, source.rows, "y");
+  const photon::Matrix y2 = photon::new_matrix(b, rows, source.rows, "y2");
+  b.upload(xs, x.data());
+  b.linear(xs, w, nullptr, y, false);
+  const std::vector<photon::LinearOut> group = {{w, y2, false}};
+  b.linear_group(xs, group);
+  std::vector<float> both = download(b, y);
+  const std::vector<float> second = download(b, y2);
+  both.insert(both.end(), second.begin(), second.end());
+  return both;
+}
+
 // On every kernel set this processor has and every weight type, a bf16-precision backend's linear
 // and linear_group give the bits that an exact backend gives for the input rounded to bf16.
 TEST(Precision, Bf16ProductsAreExactProductsOfTheRoundedInput) {
@@ -129,18 +147,7 @@ TEST(Precision, Bf16ProductsAreExactProductsOfTheRoundedInput) {
       photon::convert_from_f32(dtype, values.data(), stored.data(), values.size());
       const photon::HostWeight source{stored.data(), dtype, out, in};
       auto run = [&](photon::Backend& b, const std::vector<float>& input) {
-        const photon::Tensor w = b.weight(source, "w");
-        const photon::Matrix xs = photon::new_matrix(b, rows, in, "x");
-        const photon::Matrix y = photon::new_matrix(b, rows, out, "y");
-        const photon::Matrix y2 = photon::new_matrix(b, rows, out, "y2");
-        b.upload(xs, input.data());
-        b.linear(xs, w, nullptr, y, false);
-        const std::vector<photon::LinearOut> group = {{w, y2, false}};
-        b.linear_group(xs, group);
-        std::vector<float> both = download(b, y);
-        const std::vector<float> second = download(b, y2);
-        both.insert(both.end(), second.begin(), second.end());
-        return both;
+        return linear_and_group(b, source, rows, input);
       };
       const std::vector<float> got = run(bf16, x), want = run(exact, rounded);
       ASSERT_EQ(got.size(), want.size());
@@ -205,18 +212,7 @@ TEST(Precision, Int8ProductsAreProductsOfTheQuantizedInput) {
       SCOPED_TRACE(std::to_string(rows) + " rows, " + photon::cpu::cpu_kernels_name(kernels));
       photon::cpu::CpuBackend int8(1, kernels, Precision::Int8), exact(1, kernels);
       auto run = [&](photon::Backend& b, const std::vector<uint8_t>& stored, DType dtype) {
-        const photon::Tensor wt = b.weight({stored.data(), dtype, out, in}, "w");
-        const photon::Matrix xs = photon::new_matrix(b, rows, in, "x");
-        const photon::Matrix y = photon::new_matrix(b, rows, out, "y");
-        const photon::Matrix y2 = photon::new_matrix(b, rows, out, "y2");
-        b.upload(xs, x.data());
-        b.linear(xs, wt, nullptr, y, false);
-        const std::vector<photon::LinearOut> group = {{wt, y2, false}};
-        b.linear_group(xs, group);
-        std::vector<float> both = download(b, y);
-        const std::vector<float> second = download(b, y2);
-        both.insert(both.end(), second.begin(), second.end());
-        return both;
+        return linear_and_group(b, {stored.data(), dtype, out, in}, rows, x);
       };
       const std::vector<float> got = run(int8, q8, DType::Q8);
       for (int64_t r = 0; r < rows; ++r)
