@@ -1002,10 +1002,11 @@ typedef void (*photon_request_finish_callback)(void *user_data, photon_stop_reas
  * stepping thread, or, for a request that photon_engine_free cancels, on the thread freeing the
  * engine; it may come before photon_engine_submit has returned the handle to another thread. The
  * request is PHOTON_REQUEST_FINISHED by then, and callback may read it (photon_request_get_*,
- * photon_request_status, photon_request_error), but must not wait for it (photon_request_wait,
- * photon_request_next_token), free it or call photon_engine_* functions. photon_request_wait, and
- * the end of the tokens of photon_request_next_token, come after callback has returned. No call
- * comes once photon_request_free has returned. NULL (the default) calls nothing. */
+ * photon_request_status, photon_request_error) and free it, but must not wait for it
+ * (photon_request_wait, photon_request_next_token) or call photon_engine_* functions.
+ * photon_request_wait, and the end of the tokens of photon_request_next_token, come after callback
+ * has returned. No call comes once photon_request_free has returned. NULL (the default) calls
+ * nothing. */
 PHOTON_API photon_status photon_request_options_set_finish_callback(
     photon_request_options *options, photon_request_finish_callback callback, void *user_data);
 

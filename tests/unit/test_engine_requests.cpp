@@ -607,11 +607,12 @@ TEST_F(EngineLimits, ACallbackThatStopsEndsOnlyItsOwnRequest) {
 
 // The finish callback comes once per request, after its last token, however the request ends: its
 // length reached, failed, cancelled while waiting, or cancelled by photon_engine_free (on the
-// freeing thread); never after photon_request_free.
+// freeing thread); never after photon_request_free. It may free its own request (run under ASan).
 TEST_F(EngineLimits, FinishCallbacksComeOnceAfterTheLastToken) {
   struct Seen {
     photon_request* request = nullptr;
     int tokens = 0, finishes = 0, tokens_at_finish = -1;
+    bool frees_itself = false;
     photon_stop_reason reason = PHOTON_STOP_NONE;
     photon_status status = PHOTON_OK;
     photon_request_state state = PHOTON_REQUEST_WAITING;
@@ -643,20 +644,24 @@ TEST_F(EngineLimits, FinishCallbacksComeOnceAfterTheLastToken) {
                     s->reason = reason;
                     s->status = status;
                     s->state = photon_request_get_state(s->request);
+                    if (s->frees_itself) photon_request_free(s->request);
                   },
                   seen),
               PHOTON_OK);
     EXPECT_EQ(photon_engine_submit(engine, o, &seen->request), PHOTON_OK) << photon_last_error();
     photon_request_options_free(o);
   };
-  Seen done, failed, cancelled, freed, left_running;
+  Seen done, failed, cancelled, freed, left_running, done_frees, left_frees;
+  done_frees.frees_itself = left_frees.frees_itself = true;
   Ask a = long_ask(0);
   a.max_tokens = 6;
   submit_seen(a, &done, false);
+  submit_seen(a, &done_frees, false);
   submit_seen(long_ask(1), &failed, true);
   submit_seen(long_ask(2), &cancelled, false);
   submit_seen(long_ask(3), &freed, false);
   submit_seen(long_ask(4), &left_running, false);
+  submit_seen(long_ask(5), &left_frees, false);
   photon_request_cancel(cancelled.request);
   photon_request_free(freed.request);
   for (int step = 0; step < 12; ++step)  // `left_running` has no limit: it runs on
@@ -671,10 +676,14 @@ TEST_F(EngineLimits, FinishCallbacksComeOnceAfterTheLastToken) {
   EXPECT_NE(failed.status, PHOTON_OK);
   EXPECT_EQ(cancelled.finishes, 1);
   EXPECT_EQ(cancelled.reason, PHOTON_STOP_CANCELLED);
+  EXPECT_EQ(done_frees.finishes, 1);
+  EXPECT_EQ(done_frees.tokens_at_finish, 6);
   EXPECT_EQ(freed.finishes, 0);
   EXPECT_EQ(left_running.finishes, 0);
   EXPECT_GT(left_running.tokens, 0);
   photon_engine_free(engine);
+  EXPECT_EQ(left_frees.finishes, 1);
+  EXPECT_EQ(left_frees.reason, PHOTON_STOP_CANCELLED);
   EXPECT_EQ(left_running.finishes, 1);
   EXPECT_EQ(left_running.reason, PHOTON_STOP_CANCELLED);
   EXPECT_EQ(left_running.tokens_at_finish, left_running.tokens);
