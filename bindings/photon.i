@@ -33,9 +33,10 @@ class Session;
  * the std::vector methods above. */
 PHOTON_FUNCTION_NAMES
 
-/* Managed code implements the token callbacks. */
+/* Managed code implements the token and finish callbacks. */
 %feature("director") photon_binding::TokenListener;
 %feature("director") photon_binding::BatchListener;
+%feature("director") photon_binding::FinishListener;
 
 /* restore() creates the session the caller then owns. */
 %newobject photon_binding::Session::restore;

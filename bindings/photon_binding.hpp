@@ -142,6 +142,18 @@ class BatchListener {
   virtual bool on_token(int session_index, int token, const std::string& piece, float logprob) = 0;
 };
 
+// Told once that an engine's request has finished, and why (Request::when_finished); implemented
+// in the target language through a SWIG director. It runs on the thread that runs the engine's
+// steps (or that closes the engine, for a request the close cancels), after the request's last
+// token, or at once on the registering thread for a request that has finished already. It may
+// read and close the request but not wait for it; an exception it throws on the engine's thread
+// is rethrown by Request::wait.
+class FinishListener {
+ public:
+  virtual ~FinishListener() = default;
+  virtual void on_finish(StopReason reason) = 0;
+};
+
 // Settings of a session: mode, context length, KV cache type and sampler. May be discarded once a
 // session has been created from it.
 class SessionOptions {
@@ -702,8 +714,8 @@ inline void not_delivering(const photon_engine* engine, const char* call) {
   if (delivering == engine) {
     throw PhotonError(PHOTON_ERR_INVALID_ARGUMENT,
                       std::string("photon: ") + call +
-                          " inside a token callback of the same engine would wait for the step "
-                          "the callback is part of");
+                          " inside a token or finish callback of the same engine would wait for "
+                          "the step the callback is part of");
   }
 }
 
@@ -756,6 +768,79 @@ class Delivery : public std::enable_shared_from_this<Delivery> {
   const photon_engine* engine_;
   std::unique_ptr<TokenListener> listener_;
   mutable std::mutex mutex_;
+  std::exception_ptr error_;
+};
+
+// The user data of a request's C finish callback: the request's end once it came, and the finish
+// listeners (owned) still to tell.
+class Completion : public std::enable_shared_from_this<Completion> {
+ public:
+  explicit Completion(const photon_engine* engine) : engine_(engine) {}
+
+  static void finished(void* user_data, photon_stop_reason reason, photon_status) {
+    Completion& self = *static_cast<Completion*>(user_data);
+    const DeliveringScope scope(self.engine_);
+    // Held for the call: a listener may close the request, which deletes this object.
+    const std::shared_ptr<Completion> hold = self.shared_from_this();
+    std::vector<std::unique_ptr<FinishListener>> listeners;
+    {
+      std::lock_guard<std::mutex> lock(self.mutex_);
+      self.reason_ = static_cast<StopReason>(reason);
+      listeners.swap(self.listeners_);
+    }
+    for (const auto& listener : listeners) {
+      try {
+        listener->on_finish(static_cast<StopReason>(reason));
+      } catch (...) {  // no exception may cross the C library: keep the first for wait()
+        std::lock_guard<std::mutex> lock(self.mutex_);
+        if (!self.error_) self.error_ = std::current_exception();
+      }
+    }
+  }
+
+  // Keeps listener until the request finishes, or tells it now (on this thread) if it has.
+  void add(std::unique_ptr<FinishListener> listener) {
+    StopReason reason = StopReason::NONE;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (reason_ == StopReason::NONE) {
+        listeners_.push_back(std::move(listener));
+        return;
+      }
+      reason = reason_;
+    }
+    listener->on_finish(reason);
+  }
+
+  std::exception_ptr error() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return error_;
+  }
+
+  // The request was freed before it told its end (the free cancelled it, or came as it finished):
+  // the listeners not told yet learn CANCELLED. Nothing can wait for the request any more, so an
+  // exception a listener throws has nowhere to go and ends with it.
+  void freed() {
+    std::vector<std::unique_ptr<FinishListener>> listeners;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (reason_ == StopReason::NONE) reason_ = StopReason::CANCELLED;
+      listeners.swap(listeners_);
+    }
+    const DeliveringScope scope(engine_);
+    for (const auto& listener : listeners) {
+      try {
+        listener->on_finish(StopReason::CANCELLED);
+      } catch (...) {
+      }
+    }
+  }
+
+ private:
+  const photon_engine* engine_;
+  mutable std::mutex mutex_;  // guards what follows
+  StopReason reason_ = StopReason::NONE;
+  std::vector<std::unique_ptr<FinishListener>> listeners_;
   std::exception_ptr error_;
 };
 
@@ -915,7 +1000,16 @@ class Request {
     if (h->delivery) {
       if (const std::exception_ptr error = h->delivery->error()) std::rethrow_exception(error);
     }
+    if (const std::exception_ptr error = h->completion->error()) std::rethrow_exception(error);
     return true;
+  }
+
+  // Tells listener once the request has finished (see FinishListener); the request owns it
+  // (deleted after its call, also when this fails). Any number may be added.
+  void when_finished(FinishListener* listener) {
+    std::unique_ptr<FinishListener> owned(listener);
+    if (!owned) throw PhotonError(PHOTON_ERR_INVALID_ARGUMENT, "photon: a null finish listener");
+    handle()->completion->add(std::move(owned));
   }
 
   // Pull-style delivery, for a request submitted without a listener: the next token's id, waiting
@@ -997,11 +1091,21 @@ class Request {
   struct Free {
     void operator()(photon_request* request) const { photon_request_free(request); }
   };
-  // Members are destroyed last first: the request, then its listener, engine and model.
+  // Members are destroyed last first: the request, then its listeners, engine and model.
   struct Handle {
+    Handle() = default;
+    Handle(const Handle&) = delete;
+    Handle& operator=(const Handle&) = delete;
+    ~Handle() {
+      if (!request) return;  // the submit failed: no request, nothing to tell
+      request.reset();       // no callback comes from here on
+      completion->freed();
+    }
+
     std::shared_ptr<photon_model> model;
     std::shared_ptr<photon_engine> engine;
     std::shared_ptr<detail::Delivery> delivery;
+    std::shared_ptr<detail::Completion> completion;
     std::unique_ptr<photon_request, Free> request;
   };
 
@@ -1155,6 +1259,7 @@ class Engine {
       handle->delivery =
           std::make_shared<detail::Delivery>(handle->engine.get(), std::move(listener));
     }
+    handle->completion = std::make_shared<detail::Completion>(handle->engine.get());
     std::lock_guard<std::mutex> lock(options.mutex_);
     photon_request_options* o = options.options_.get();
     Session* session = options.session_;
@@ -1168,11 +1273,14 @@ class Engine {
     }
     detail::check(photon_request_options_set_callback(
         o, handle->delivery ? &detail::Delivery::deliver : nullptr, handle->delivery.get()));
+    detail::check(photon_request_options_set_finish_callback(o, &detail::Completion::finished,
+                                                             handle->completion.get()));
     detail::check(photon_request_options_set_session(o, session ? session->get() : nullptr));
     photon_request* raw = nullptr;
     const photon_status status = photon_engine_submit(handle->engine.get(), o, &raw);
-    // The options keep neither the callback nor the session for a later submit.
+    // The options keep neither the callbacks nor the session for a later submit.
     photon_request_options_set_callback(o, nullptr, nullptr);
+    photon_request_options_set_finish_callback(o, nullptr, nullptr);
     photon_request_options_set_session(o, nullptr);
     detail::check(status);
     handle->request.reset(raw);

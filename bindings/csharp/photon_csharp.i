@@ -281,6 +281,7 @@ PHOTON_CSHARP_GETTER(photon_binding::Session, position, Position)
  * Func<Token, bool> and the Tokens enumerable. */
 %typemap(csclassmodifiers) photon_binding::TokenListener "internal class"
 %typemap(csclassmodifiers) photon_binding::BatchListener "internal class"
+%typemap(csclassmodifiers) photon_binding::FinishListener "internal class"
 %typemap(csclassmodifiers) std::vector<photon_binding::Session *> "internal class"
 %csmethodmodifiers photon_binding::Session::generate(int, TokenListener &) "internal";
 %csmethodmodifiers photon_binding::Session::generate_batch "internal";

@@ -60,6 +60,7 @@
 PHOTON_CSHARP_GETTER(photon_binding::Request, state, State)
 PHOTON_CSHARP_GETTER(photon_binding::Request, stop_reason, StopReason)
 %csmethodmodifiers photon_binding::Request::wait "internal";
+%csmethodmodifiers photon_binding::Request::when_finished "internal";
 %csmethodmodifiers photon_binding::Request::next_token "internal";
 %csmethodmodifiers photon_binding::Request::last_piece "internal";
 %csmethodmodifiers photon_binding::Request::last_logprob "internal";
@@ -112,6 +113,7 @@ PHOTON_CSHARP_GETTER(photon_binding::Request, stop_reason, StopReason)
 using System;
 using System.Collections.Generic;
 using System.Runtime.ExceptionServices;
+using System.Threading.Tasks;
 %}
 %typemap(cscode) photon_binding::Request %{
   public RequestState State => GetState();
@@ -136,6 +138,51 @@ using System.Runtime.ExceptionServices;
       } catch (Exception e) {  // it cannot cross the engine's thread: kept for Wait
         if (Error == null) Error = ExceptionDispatchInfo.Capture(e);
         return false;
+      }
+    }
+  }
+
+  // Completes Completion's task; the request owns its native part, this object keeps it alive.
+  internal sealed class FinishBridge : FinishListener {
+    readonly TaskCompletionSource<StopReason> source;
+    readonly Bridge tokens;
+
+    internal FinishBridge(TaskCompletionSource<StopReason> source, Bridge tokens) {
+      this.source = source;
+      this.tokens = tokens;
+      swigCMemOwn = false;
+    }
+
+    public override void OnFinish(StopReason reason) {
+      ExceptionDispatchInfo error = tokens?.Error;
+      if (error == null) {
+        source.TrySetResult(reason);
+      } else {
+        source.TrySetException(error.SourceException);
+      }
+    }
+  }
+
+  readonly object completionLock = new object();
+  Task<StopReason> completion;
+  FinishBridge finishBridge;
+
+  /// <summary>The request's end, to await without a thread waiting for it: a task that completes
+  /// with the stop reason once the request has finished (Error: the Error property says which),
+  /// or faults with the exception its callback threw. Its continuations run on the thread pool,
+  /// never on the engine's thread. A request disposed before it finished completes it with
+  /// Cancelled. The same task each time.</summary>
+  public Task<StopReason> Completion {
+    get {
+      lock (completionLock) {
+        if (completion == null) {
+          var source = new TaskCompletionSource<StopReason>(
+              TaskCreationOptions.RunContinuationsAsynchronously);
+          completion = source.Task;
+          finishBridge = new FinishBridge(source, bridge);
+          WhenFinished(finishBridge);
+        }
+        return completion;
       }
     }
   }

@@ -304,6 +304,8 @@ type Request struct {
 	native   native.Request
 	listener *requestListener // nil for a request whose tokens are pulled
 	closed   atomic.Bool
+	doneOnce sync.Once
+	done     chan struct{}
 }
 
 // run calls f on the request's native part unless the request was closed.
@@ -372,6 +374,24 @@ func (r *Request) Wait(timeout time.Duration) (bool, error) {
 		return true, nil
 	}
 	return true, r.listener.result()
+}
+
+// Done returns a channel that is closed once the request has finished, or was closed before it
+// did, so that a select can wait for it beside other events without a goroutine blocked in Wait.
+// StopReason and Wait then tell how it ended. Every call returns the same channel.
+func (r *Request) Done() <-chan struct{} {
+	r.doneOnce.Do(func() {
+		r.done = make(chan struct{})
+		listener := &finishListener{done: r.done}
+		err := r.run(func(n native.Request) {
+			// The native request owns the director from here, also if this fails.
+			n.WhenFinished(native.NewDirectorFinishListener(listener))
+		})
+		if err != nil { // closed: nothing is left to finish
+			listener.OnFinish(native.StopReason_CANCELLED)
+		}
+	})
+	return r.done
 }
 
 // Tokens returns an iterator over the request's tokens (a request without OnToken), each waited
@@ -497,6 +517,17 @@ func (l *requestListener) OnToken(token int, piece string, logprob float32) (kee
 		return false
 	}
 	return true
+}
+
+// finishListener closes Request.Done's channel, on the thread that runs the engine's steps (or on
+// the goroutine that asks, for a request finished already).
+type finishListener struct {
+	done chan struct{}
+	once sync.Once
+}
+
+func (l *finishListener) OnFinish(native.Photon_bindingStopReason) {
+	l.once.Do(func() { close(l.done) })
 }
 
 // result re-raises OnToken's panic or returns its error.

@@ -250,6 +250,7 @@ PHOTON_JAVA_ARRAY(photon_binding::Logprobs, jfloatArray, float[], jfloat, NewFlo
  * TokenCallback, tokens(), stream()). */
 %typemap(javaclassmodifiers) photon_binding::TokenListener "abstract class"
 %typemap(javaclassmodifiers) photon_binding::BatchListener "abstract class"
+%typemap(javaclassmodifiers) photon_binding::FinishListener "abstract class"
 %typemap(javaclassmodifiers) std::vector<photon_binding::Session *> "final class"
 %javamethodmodifiers photon_binding::Session::generate(int, TokenListener &) "";
 %javamethodmodifiers photon_binding::Session::generate_batch "";

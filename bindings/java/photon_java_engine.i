@@ -67,6 +67,7 @@ PHOTON_JAVA_SHARED_CLOSE(photon_binding::Request)
 %rename(submitWith) photon_binding::Engine::submit(const RequestOptions &, TokenListener *);
 %rename(setSessionHandle) photon_binding::RequestOptions::set_session;
 %javamethodmodifiers photon_binding::Request::wait "";
+%javamethodmodifiers photon_binding::Request::when_finished "";
 %javamethodmodifiers photon_binding::Request::next_token "";
 %javamethodmodifiers photon_binding::Request::last_piece "";
 %javamethodmodifiers photon_binding::Request::last_logprob "";
@@ -112,6 +113,7 @@ PHOTON_JAVA_SHARED_CLOSE(photon_binding::Request)
 import java.time.Duration;
 import java.util.Iterator;
 import java.util.NoSuchElementException;
+import java.util.concurrent.CompletableFuture;
 import java.util.stream.Stream;
 import java.util.stream.StreamSupport;
 %}
@@ -121,6 +123,8 @@ import java.util.stream.StreamSupport;
 
   // The callback of a request submitted with one, whose exception await() rethrows.
   Bridge bridge;
+  // completion()'s future, made at its first call.
+  private CompletableFuture<StopReason> completion;
 
   static final class Bridge extends TokenListener {
     private final TokenCallback callback;
@@ -139,6 +143,44 @@ import java.util.stream.StreamSupport;
         return false;
       }
     }
+  }
+
+  // Completes completion()'s future.
+  static final class FinishBridge extends FinishListener {
+    private final CompletableFuture<StopReason> future;
+    private final Bridge tokens;
+
+    FinishBridge(CompletableFuture<StopReason> future, Bridge tokens) {
+      this.future = future;
+      this.tokens = tokens;
+    }
+
+    @Override
+    public void onFinish(StopReason reason) {
+      Throwable error = tokens == null ? null : tokens.error;
+      if (error == null) {
+        future.complete(reason);
+      } else {
+        future.completeExceptionally(error);
+      }
+    }
+  }
+
+  /**
+   * The request's end, without a thread waiting for it: a future completed with the stop reason
+   * once the request has finished (ERROR: error() says which), or exceptionally with the
+   * exception its callback threw. It completes on the thread that runs the engine's steps, so
+   * stages that take long belong on an executor (thenApplyAsync, ...); a request closed before it
+   * finished completes it with CANCELLED. Every call returns the same future.
+   */
+  public synchronized CompletableFuture<StopReason> completion() {
+    if (completion == null) {
+      completion = new CompletableFuture<>();
+      FinishBridge finish = new FinishBridge(completion, bridge);
+      finish.swigReleaseOwnership();  // the request owns it from here
+      whenFinished(finish);
+    }
+    return completion;
   }
 
   /**

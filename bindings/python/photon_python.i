@@ -403,4 +403,21 @@ class _RequestListener(_TokenListener):
         except BaseException as error:
             self.error = error
             return False
+
+
+class _FutureListener(_FinishListener):
+    """Resolves Request.future(): with the StopReason, or with the exception the request's
+    on_token raised."""
+
+    def __init__(self, future, tokens):
+        super().__init__()
+        self._future = future
+        self._tokens = tokens
+
+    def on_finish(self, reason):
+        error = None if self._tokens is None else self._tokens.error
+        if error is None:
+            self._future.set_result(StopReason(reason))
+        else:
+            self._future.set_exception(error)
 %}

@@ -5,6 +5,7 @@
 /* The callback, the pull primitives and the getters are reached through the API below. */
 %rename(_TokenListener) photon_binding::TokenListener;
 %rename(_BatchListener) photon_binding::BatchListener;
+%rename(_FinishListener) photon_binding::FinishListener;
 %rename(_SessionVector) std::vector<photon_binding::Session *>;
 %rename(_next_token) photon_binding::Session::next_token;
 %rename(_last_piece) photon_binding::Session::last_piece;

@@ -22,6 +22,7 @@ PHOTON_PYTHON_GETTER(photon_binding::Request, wait)
 PHOTON_PYTHON_GETTER(photon_binding::Request, next_token)
 PHOTON_PYTHON_GETTER(photon_binding::Request, last_piece)
 PHOTON_PYTHON_GETTER(photon_binding::Request, last_logprob)
+PHOTON_PYTHON_GETTER(photon_binding::Request, when_finished)
 PHOTON_PYTHON_GETTER(photon_binding::Engine, start)
 PHOTON_PYTHON_GETTER(photon_binding::Engine, stop)
 
@@ -65,7 +66,9 @@ PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Request::take_session)
 
 %pythoncode %{
 import atexit as _atexit
+import concurrent.futures as _futures
 import math as _math
+import threading as _threading
 import weakref as _weakref
 
 BusyError = _native.BusyError
@@ -123,6 +126,9 @@ def _timeout_ms(timeout):
         return -1
     return min(max(0, _math.ceil(float(timeout) * 1000)), 2**31 - 1)
 
+
+# Guards the making of each Request's future.
+_future_lock = _threading.Lock()
 
 # When the interpreter exits, before it can no longer run token callbacks, the requests that have
 # one are closed (cancelled) and the engines whose worker was started are stopped.
@@ -238,6 +244,23 @@ def _stop_engines():
         if listener is not None and listener.error is not None:
             raise listener.error
         return True
+
+    def future(self):
+        """The request's end as a concurrent.futures.Future, without a thread waiting for it:
+        its result is the StopReason once the request has finished (ERROR: see error), its
+        exception the one on_token raised. It resolves on the thread that runs the engine's
+        steps, where its done callbacks then run (they may close the request, not wait for it);
+        from asyncio, `await asyncio.wrap_future(request.future())`. A request closed before it
+        finished resolves it with CANCELLED. The same future each call."""
+        with _future_lock:
+            future = getattr(self, "_future", None)
+            if future is None:
+                future = self._future = _futures.Future()
+                future.set_running_or_notify_cancel()  # request.cancel() ends it, not future's
+                listener = _FutureListener(future, getattr(self, "_listener", None))
+                listener.__disown__()  # the request owns it from here
+                self._when_finished(listener)
+            return future
 
     def tokens(self):
         """An iterator over the request's tokens (a request submitted without on_token): each

@@ -12,6 +12,7 @@ using System.Linq;
 using System.Reflection;
 using System.Text;
 using System.Threading;
+using System.Threading.Tasks;
 using Photon;
 
 static class BindingTest {
@@ -689,6 +690,63 @@ static class BindingTest {
     }
   }
 
+  static StopReason Completed(Task<StopReason> task) {
+    Check(task.Wait(EngineWait), "the task completes in time");
+    return task.Result;
+  }
+
+  static async Task<int> TokensWhenAwaited(Request request, List<Token> tokens) {
+    await request.Completion;
+    lock (tokens) return tokens.Count;
+  }
+
+  // Completion completes once, after the last token, with the stop reason (a request finished
+  // already: at once); faults with a callback's exception; completes with Cancelled for a request
+  // disposed before it finished. Its continuations run off the engine's thread.
+  static void TestEngineCompletion(Model model) {
+    using (var engine = new Engine(model))
+    using (var ask = Ask(Prompt, EngineTokens))
+    using (var greedy = Greedy())
+    using (var endless = new RequestOptions().SetPromptText(Prompt).SetOptions(greedy)) {
+      engine.Start();
+      var tokens = new List<Token>();
+      var pushed = engine.Submit(ask, token => { lock (tokens) tokens.Add(token); return true; });
+      var counted = TokensWhenAwaited(pushed, tokens);
+      Check(counted.Wait(EngineWait) && counted.Result == EngineTokens,
+            "completed after the last token");
+      Check(Completed(pushed.Completion) == StopReason.Length, "by length");
+      Check(ReferenceEquals(pushed.Completion, pushed.Completion), "one task");
+      var pulled = engine.Submit(ask);
+      Check(Pulled(pulled).Length == EngineTokens, "pulled");
+      Check(Completed(pulled.Completion) == StopReason.Length, "a pulled request completes");
+
+      var failing = engine.Submit(ask, token => { throw new CallbackFailure("fails"); });
+      try {
+        failing.Completion.Wait(EngineWait);
+        throw new Exception("completed despite the callback's exception");
+      } catch (AggregateException e) {
+        Check(e.InnerException is CallbackFailure, "the callback's exception: " + e);
+      }
+
+      int engineThread = -1;
+      var onThread = engine.Submit(ask, token => {
+        engineThread = Thread.CurrentThread.ManagedThreadId;
+        return true;
+      });
+      var continuedOn = onThread.Completion.ContinueWith(
+          task => Thread.CurrentThread.ManagedThreadId, TaskContinuationOptions.ExecuteSynchronously);
+      Check(continuedOn.Wait(EngineWait) && continuedOn.Result != engineThread,
+            "continuations leave the engine's thread");
+
+      var abandoned = engine.Submit(endless, token => true);
+      var abandonedEnd = abandoned.Completion;
+      abandoned.Dispose();
+      Check(Completed(abandonedEnd) == StopReason.Cancelled, "disposed before it finished");
+      engine.Stop(true);
+      foreach (var request in new[] { pushed, pulled, failing, onThread }) request.Dispose();
+    }
+  }
+
   // A full queue is BusyException; a request that fails ends with its error, which the
   // enumeration throws; disposed objects refuse calls.
   static void TestEngineErrors(Model model) {
@@ -940,6 +998,8 @@ static class BindingTest {
           Console.WriteLine("ok TestEngineCancel");
           TestEngineCallbacks(model);
           Console.WriteLine("ok TestEngineCallbacks");
+          TestEngineCompletion(model);
+          Console.WriteLine("ok TestEngineCompletion");
           TestEngineErrors(model);
           Console.WriteLine("ok TestEngineErrors");
           TestEngineContinue(model);

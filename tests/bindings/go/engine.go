@@ -289,6 +289,49 @@ func testEngineCallbacks(model *photon.Model) {
 	}
 }
 
+func closedInTime(done <-chan struct{}, what string) {
+	select {
+	case <-done:
+	case <-time.After(engineWait):
+		panic(what)
+	}
+}
+
+// Done's channel closes once, after the last token (a request finished already: at once), for a
+// request closed before it finished, and for a closed request.
+func testEngineDone(model *photon.Model) {
+	engine := must(model.NewEngine(nil))
+	defer engine.Close()
+	check(engine.Start() == nil, "start")
+	tokens := &collector{}
+	ask := photon.RequestOptions{PromptText: prompt, Options: &greedy, MaxTokens: engineTokens,
+		OnToken: tokens.add}
+	pushed := must(engine.Submit(ask))
+	closedInTime(pushed.Done(), "a request's Done")
+	check(len(tokens.get()) == engineTokens && pushed.StopReason() == photon.StopLength,
+		"closed after the last token: %d %v", len(tokens.get()), pushed.StopReason())
+	check(pushed.Done() == pushed.Done(), "one channel")
+	ask.OnToken = nil
+	pulledRequest := must(engine.Submit(ask))
+	check(len(must(pulled(pulledRequest))) == engineTokens, "pulled")
+	select {
+	case <-pulledRequest.Done():
+	default:
+		panic("a finished request's Done is closed at once")
+	}
+	endless := must(engine.Submit(photon.RequestOptions{PromptText: prompt, Options: &greedy,
+		OnToken: func(photon.Token) error { return nil }}))
+	abandoned := endless.Done()
+	endless.Close()
+	closedInTime(abandoned, "a request closed before it finished")
+	closedFirst := must(engine.Submit(ask))
+	closedFirst.Close()
+	closedInTime(closedFirst.Done(), "a closed request's Done")
+	check(engine.Stop(true) == nil, "stop")
+	pushed.Close()
+	pulledRequest.Close()
+}
+
 // A full queue is ErrBusy; a request that fails ends with its error, which the iterator returns;
 // closed objects refuse calls.
 func testEngineErrors(model *photon.Model) {

@@ -671,6 +671,7 @@ func main() {
 			{"testEngineStepped", func() { testEngineStepped(model) }},
 			{"testEngineCancel", func() { testEngineCancel(model) }},
 			{"testEngineCallbacks", func() { testEngineCallbacks(model) }},
+			{"testEngineDone", func() { testEngineDone(model) }},
 			{"testEngineErrors", func() { testEngineErrors(model) }},
 			{"testEngineContinue", func() { testEngineContinue(model) }},
 			{"testEngineOwnership", func() { testEngineOwnership(modelPath) }},

@@ -28,7 +28,9 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
 
@@ -763,6 +765,87 @@ public final class BindingTest {
     }
   }
 
+  static StopReason completed(CompletableFuture<StopReason> future) {
+    try {
+      return future.get(ENGINE_WAIT.toMillis(), TimeUnit.MILLISECONDS);
+    } catch (InterruptedException | ExecutionException | java.util.concurrent.TimeoutException e) {
+      throw new AssertionError(e);
+    }
+  }
+
+  // completion() completes once, after the last token, with the stop reason (a request finished
+  // already: at once); exceptionally with a callback's exception; with CANCELLED for a request
+  // closed before it finished. Its stages run on the engine's thread: they may close the request,
+  // and one that waits on it gets an error instead of a deadlock.
+  static void testEngineCompletion(Model model) throws InterruptedException {
+    try (Engine engine = new Engine(model); RequestOptions ask = ask(PROMPT, ENGINE_TOKENS);
+        SessionOptions greedy = greedy();
+        RequestOptions endless = new RequestOptions().setPromptText(PROMPT).setOptions(greedy)) {
+      engine.start();
+      List<Token> tokens = Collections.synchronizedList(new ArrayList<>());
+      Request pushed = engine.submit(ask, tokens::add);
+      int[] tokensAtEnd = {-1};
+      CompletableFuture<StopReason> end = pushed.completion().thenApply(reason -> {
+        tokensAtEnd[0] = tokens.size();
+        return reason;
+      });
+      check(completed(end) == StopReason.LENGTH && tokensAtEnd[0] == ENGINE_TOKENS,
+          "completed after the last token: " + tokensAtEnd[0]);
+      check(pushed.completion() == pushed.completion() && pushed.completion().isDone(),
+          "one future");
+      Request pulled = engine.submit(ask);
+      check(pulled(pulled).size() == ENGINE_TOKENS, "pulled");
+      check(completed(pulled.completion()) == StopReason.LENGTH, "a pulled request completes");
+
+      Request failing = engine.submit(ask, token -> {
+        throw new CallbackFailure("fails");
+      });
+      try {
+        failing.completion().get(ENGINE_WAIT.toMillis(), TimeUnit.MILLISECONDS);
+        throw new AssertionError("completed despite the callback's exception");
+      } catch (ExecutionException e) {
+        check(e.getCause() instanceof CallbackFailure, "the callback's exception: " + e);
+      } catch (java.util.concurrent.TimeoutException e) {
+        throw new AssertionError(e);
+      }
+
+      try (Engine stepped = new Engine(model)) {
+        Request closing = stepped.submit(ask);
+        Request waiting = stepped.submit(ask);
+        CompletableFuture<RequestState> closedInStage = closing.completion().thenApply(reason -> {
+          RequestState state = closing.state();
+          closing.close();
+          return state;
+        });
+        CompletableFuture<Void> waitingStage = waiting.completion().thenRun(() -> {
+          try {
+            waiting.await(Duration.ofSeconds(1));
+          } catch (InterruptedException e) {
+            throw new AssertionError(e);
+          }
+        });
+        stepToEnd(stepped);
+        check(closedInStage.getNow(null) == RequestState.FINISHED, "finished in its stage");
+        expectError(() -> closing.state(), "closed in its stage", "PHOTON_ERR_INVALID_ARGUMENT");
+        try {
+          waitingStage.getNow(null);
+          throw new AssertionError("a stage waited on its own engine");
+        } catch (java.util.concurrent.CompletionException e) {
+          check(e.getCause() instanceof PhotonException
+              && e.getCause().getMessage().contains("finish callback"), "waiting refused: " + e);
+        }
+        waiting.close();
+      }
+
+      Request abandoned = engine.submit(endless, token -> true);
+      CompletableFuture<StopReason> abandonedEnd = abandoned.completion();
+      abandoned.close();
+      check(completed(abandonedEnd) == StopReason.CANCELLED, "closed before it finished");
+      engine.stop(true);
+      for (Request request : List.of(pushed, pulled, failing)) request.close();
+    }
+  }
+
   // A full queue is BusyException; a request that fails ends with its error, which the iterator
   // throws; closed objects refuse calls.
   static void testEngineErrors(Model model) {
@@ -1028,6 +1111,8 @@ public final class BindingTest {
           System.out.println("ok testEngineCancel");
           testEngineCallbacks(model);
           System.out.println("ok testEngineCallbacks");
+          testEngineCompletion(model);
+          System.out.println("ok testEngineCompletion");
           testEngineErrors(model);
           System.out.println("ok testEngineErrors");
           testEngineContinue(model);

@@ -663,6 +663,70 @@ def test_engine_asyncio(model):
     check(results == expected, f"asyncio streams: {results} vs alone {expected}")
 
 
+def test_engine_future(model):
+    """future() resolves once, after the last token, with the stop reason (a request finished
+    already: at once), with on_token's exception, or with CANCELLED for a request closed before it
+    finished; its done callbacks run on the engine's thread, may close the request and may not
+    wait for it; asyncio awaits it through wrap_future."""
+    with photon.Engine(model) as engine:
+        engine.start()
+        tokens = []
+        pushed = engine.submit(PROMPT, options=greedy(), max_tokens=ENGINE_TOKENS,
+                               on_token=tokens.append)
+        at_end = []
+        pushed.future().add_done_callback(lambda future: at_end.append(len(tokens)))
+        check(pushed.future().result(ENGINE_WAIT_S) == photon.StopReason.LENGTH
+              and pushed.future() is pushed.future(), "resolved by length, one future")
+        check(at_end == [ENGINE_TOKENS], f"resolved after the last token: {at_end}")
+        pulled = engine.submit(PROMPT, options=greedy(), max_tokens=ENGINE_TOKENS)
+        check(len(list(pulled.tokens())) == ENGINE_TOKENS
+              and pulled.future().result(0) == photon.StopReason.LENGTH,
+              "a finished request's future is resolved at once")
+
+        def fail(token):
+            raise CallbackFailure("fails")
+
+        failing = engine.submit(PROMPT, options=greedy(), max_tokens=ENGINE_TOKENS, on_token=fail)
+        check(isinstance(failing.future().exception(ENGINE_WAIT_S), CallbackFailure),
+              "on_token's exception")
+
+        async def awaited():
+            request = engine.submit(PROMPT, options=greedy(), max_tokens=2)
+            return await asyncio.wait_for(asyncio.wrap_future(request.future()), ENGINE_WAIT_S)
+
+        check(asyncio.run(awaited()) == photon.StopReason.LENGTH, "awaited from asyncio")
+        endless = engine.submit(PROMPT, options=greedy(), on_token=lambda token: True)
+        abandoned = endless.future()
+        endless.close()
+        check(abandoned.result(ENGINE_WAIT_S) == photon.StopReason.CANCELLED,
+              "closed before it finished")
+        engine.stop()
+    with photon.Engine(model) as stepped:
+        closing = stepped.submit(PROMPT, options=greedy(), max_tokens=ENGINE_TOKENS)
+        waiting = stepped.submit(PROMPT, options=greedy(), max_tokens=ENGINE_TOKENS)
+        seen = {}
+
+        def close_it(future):
+            seen["state"] = closing.state
+            closing.close()
+
+        def wait_for_it(future):
+            try:
+                waiting.wait(1)
+            except photon.PhotonError as error:
+                seen["error"] = error
+
+        closing.future().add_done_callback(close_it)
+        waiting.future().add_done_callback(wait_for_it)
+        steps = 0
+        while stepped.step() > 0 and steps < 1000:
+            steps += 1
+        check(seen.get("state") == photon.RequestState.FINISHED and closing.closed,
+              f"closed in its done callback: {seen}")
+        check("finish callback" in str(seen.get("error")), f"waiting refused: {seen}")
+        waiting.close()
+
+
 def test_engine_stepped(model):
     """An engine stepped by the caller's loop: nothing happens between steps."""
     expected = alone(model, PROMPT)
@@ -1000,9 +1064,9 @@ def main(argv):
         test_memory(model_path)
     elif mode == "engine":
         with photon.Model(model_path) as model:
-            for test in (test_engine_streams, test_engine_asyncio, test_engine_stepped,
-                         test_engine_cancel, test_engine_callbacks, test_engine_errors,
-                         test_engine_continue):
+            for test in (test_engine_streams, test_engine_asyncio, test_engine_future,
+                         test_engine_stepped, test_engine_cancel, test_engine_callbacks,
+                         test_engine_errors, test_engine_continue):
                 test(model)
                 print(f"ok {test.__name__}")
         test_engine_ownership(model_path)
