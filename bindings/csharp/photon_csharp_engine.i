@@ -171,7 +171,8 @@ using System.Threading.Tasks;
   /// with the stop reason once the request has finished (Error: the Error property says which),
   /// or faults with the exception its callback threw. Its continuations run on the thread pool,
   /// never on the engine's thread. A request disposed before it finished completes it with
-  /// Cancelled. The same task each time.</summary>
+  /// Cancelled; asked of a disposed request, it faults with the PhotonException of the disposed
+  /// request. The same task each time.</summary>
   public Task<StopReason> Completion {
     get {
       lock (completionLock) {
@@ -180,7 +181,11 @@ using System.Threading.Tasks;
               TaskCreationOptions.RunContinuationsAsynchronously);
           completion = source.Task;
           finishBridge = new FinishBridge(source, bridge);
-          WhenFinished(finishBridge);
+          try {
+            WhenFinished(finishBridge);
+          } catch (PhotonException e) {
+            source.TrySetException(e);
+          }
         }
         return completion;
       }

@@ -171,14 +171,19 @@ import java.util.stream.StreamSupport;
    * once the request has finished (ERROR: error() says which), or exceptionally with the
    * exception its callback threw. It completes on the thread that runs the engine's steps, so
    * stages that take long belong on an executor (thenApplyAsync, ...); a request closed before it
-   * finished completes it with CANCELLED. Every call returns the same future.
+   * finished completes it with CANCELLED; asked of a closed request, it is exceptional with the
+   * PhotonException of the closed request. Every call returns the same future.
    */
   public synchronized CompletableFuture<StopReason> completion() {
     if (completion == null) {
       completion = new CompletableFuture<>();
       FinishBridge finish = new FinishBridge(completion, bridge);
-      finish.swigReleaseOwnership();  // the request owns it from here
-      whenFinished(finish);
+      finish.swigReleaseOwnership();  // the request owns it from here, also if this fails
+      try {
+        whenFinished(finish);
+      } catch (PhotonException e) {
+        completion.completeExceptionally(e);
+      }
     }
     return completion;
   }

@@ -251,15 +251,19 @@ def _stop_engines():
         exception the one on_token raised. It resolves on the thread that runs the engine's
         steps, where its done callbacks then run (they may close the request, not wait for it);
         from asyncio, `await asyncio.wrap_future(request.future())`. A request closed before it
-        finished resolves it with CANCELLED. The same future each call."""
+        finished resolves it with CANCELLED; asked of a closed request, its exception is the
+        PhotonError of the closed request. The same future each call."""
         with _future_lock:
             future = getattr(self, "_future", None)
             if future is None:
                 future = self._future = _futures.Future()
                 future.set_running_or_notify_cancel()  # request.cancel() ends it, not future's
                 listener = _FutureListener(future, getattr(self, "_listener", None))
-                listener.__disown__()  # the request owns it from here
-                self._when_finished(listener)
+                listener.__disown__()  # the request owns it from here, also if this fails
+                try:
+                    self._when_finished(listener)
+                except PhotonError as error:
+                    future.set_exception(error)
             return future
 
     def tokens(self):

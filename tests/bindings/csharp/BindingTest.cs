@@ -742,6 +742,11 @@ static class BindingTest {
       var abandonedEnd = abandoned.Completion;
       abandoned.Dispose();
       Check(Completed(abandonedEnd) == StopReason.Cancelled, "disposed before it finished");
+      var disposedFirst = engine.Submit(ask);
+      disposedFirst.Dispose();
+      Check(disposedFirst.Completion.IsFaulted &&
+            disposedFirst.Completion.Exception.InnerException is PhotonException,
+            "a disposed request's completion faults");
       engine.Stop(true);
       foreach (var request in new[] { pushed, pulled, failing, onThread }) request.Dispose();
     }

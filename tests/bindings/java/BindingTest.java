@@ -841,6 +841,14 @@ public final class BindingTest {
       CompletableFuture<StopReason> abandonedEnd = abandoned.completion();
       abandoned.close();
       check(completed(abandonedEnd) == StopReason.CANCELLED, "closed before it finished");
+      Request closedFirst = engine.submit(ask);
+      closedFirst.close();
+      try {
+        closedFirst.completion().getNow(null);
+        throw new AssertionError("a closed request's completion completed");
+      } catch (java.util.concurrent.CompletionException e) {
+        check(e.getCause() instanceof PhotonException, "the closed request's error: " + e);
+      }
       engine.stop(true);
       for (Request request : List.of(pushed, pulled, failing)) request.close();
     }

@@ -700,6 +700,10 @@ def test_engine_future(model):
         endless.close()
         check(abandoned.result(ENGINE_WAIT_S) == photon.StopReason.CANCELLED,
               "closed before it finished")
+        closed_first = engine.submit(PROMPT, options=greedy(), max_tokens=ENGINE_TOKENS)
+        closed_first.close()
+        check(isinstance(closed_first.future().exception(0), photon.PhotonError),
+              "a closed request's future holds its error")
         engine.stop()
     with photon.Engine(model) as stepped:
         closing = stepped.submit(PROMPT, options=greedy(), max_tokens=ENGINE_TOKENS)
