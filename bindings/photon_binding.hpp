@@ -779,24 +779,14 @@ class Completion : public std::enable_shared_from_this<Completion> {
 
   static void finished(void* user_data, photon_stop_reason reason, photon_status) {
     Completion& self = *static_cast<Completion*>(user_data);
-    const DeliveringScope scope(self.engine_);
     // Held for the call: a listener may close the request, which deletes this object.
     const std::shared_ptr<Completion> hold = self.shared_from_this();
-    std::vector<std::unique_ptr<FinishListener>> listeners;
-    {
-      std::lock_guard<std::mutex> lock(self.mutex_);
-      self.reason_ = static_cast<StopReason>(reason);
-      listeners.swap(self.listeners_);
-    }
-    for (const auto& listener : listeners) {
-      try {
-        listener->on_finish(static_cast<StopReason>(reason));
-      } catch (...) {  // no exception may cross the C library: keep the first for wait()
-        std::lock_guard<std::mutex> lock(self.mutex_);
-        if (!self.error_) self.error_ = std::current_exception();
-      }
-    }
+    self.end(static_cast<StopReason>(reason));
   }
+
+  // The request was freed before it told its end (the free cancelled it, or came as it finished):
+  // the listeners not told yet learn CANCELLED.
+  void freed() { end(StopReason::CANCELLED); }
 
   // Keeps listener until the request finishes, or tells it now (on this thread) if it has.
   void add(std::unique_ptr<FinishListener> listener) {
@@ -817,26 +807,26 @@ class Completion : public std::enable_shared_from_this<Completion> {
     return error_;
   }
 
-  // The request was freed before it told its end (the free cancelled it, or came as it finished):
-  // the listeners not told yet learn CANCELLED. Nothing can wait for the request any more, so an
-  // exception a listener throws has nowhere to go and ends with it.
-  void freed() {
+ private:
+  // Records the end and tells the listeners waiting for it, on this thread.
+  void end(StopReason reason) {
+    const DeliveringScope scope(engine_);
     std::vector<std::unique_ptr<FinishListener>> listeners;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (reason_ == StopReason::NONE) reason_ = StopReason::CANCELLED;
+      if (reason_ == StopReason::NONE) reason_ = reason;
       listeners.swap(listeners_);
     }
-    const DeliveringScope scope(engine_);
     for (const auto& listener : listeners) {
       try {
-        listener->on_finish(StopReason::CANCELLED);
-      } catch (...) {
+        listener->on_finish(reason);
+      } catch (...) {  // no exception may cross the C library: keep the first for wait()
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!error_) error_ = std::current_exception();
       }
     }
   }
 
- private:
   const photon_engine* engine_;
   mutable std::mutex mutex_;  // guards what follows
   StopReason reason_ = StopReason::NONE;
