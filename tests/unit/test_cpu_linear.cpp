@@ -3,13 +3,14 @@
 // accumulation; and the promises of skinny_gemm.h: a row's result does not depend on the rows
 // beside it, the output range or the thread count, with every kernel set; the vector sets give the
 // same bits and the portable set agrees with them to within f32 rounding; a group of products
-// gives each one's bits.
+// gives each one's bits; the int8 kernels give the same bits on every set.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_features.h"
@@ -178,6 +179,53 @@ TEST(CpuLinear, Avx512GivesTheBitsOfAvx2) {
         kernel_of(kSkinnyAvx2, dtype)({x.data(), n, in, w.data(), 0, out, a.data(), out, false});
         kernel_of(kSkinnyAvx512, dtype)({x.data(), n, in, w.data(), 0, out, b.data(), out, false});
         ASSERT_EQ(a, b) << dtype_name(dtype) << " n " << n << " in " << in;
+      }
+    }
+  }
+}
+
+// The q8_int8 kernels (int8 precision) give the portable kernel's bits on every vector set (the
+// AVX-512 set's is the VNNI kernel where the processor has it): every tail of the 4 x 2 and 4 x 4
+// tiles, one and many blocks, output ranges that start and end inside a tile, accumulation, and
+// the extreme integers (weights -128 and 127, activations -127 and 127), whose products the
+// kernels must add without saturating.
+TEST(CpuLinear, Int8KernelsGiveThePortableBits) {
+  std::mt19937 gen(31);
+  std::uniform_int_distribution<int> weight(-128, 127), act(-127, 127), extreme(0, 7);
+  std::uniform_real_distribution<float> scale(1e-3f, 1e-1f);
+  for (const SkinnyKernels* set : {&kSkinnyAvx2, &kSkinnyAvx512}) {
+    if (set == &kSkinnyAvx2 ? !cpu_has_avx2() : !cpu_has_avx512()) continue;
+    const char* name = set == &kSkinnyAvx2     ? "avx2"
+                       : cpu_has_avx512_vnni() ? "avx512 vnni"
+                                               : "avx512";
+    for (int in : {32, 96, 2080}) {
+      const int out = 21, blocks = in / kQ8Block;
+      std::vector<Q8Block> w(size_t(out) * blocks);
+      for (Q8Block& b : w) {
+        const float d = scale(gen);
+        convert_from_f32(DType::BF16, &d, &b.scale, 1);
+        for (int8_t& q : b.q)
+          q = static_cast<int8_t>(extreme(gen) == 0 ? (gen() % 2 ? 127 : -128) : weight(gen));
+      }
+      for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 16, 17, 33, 47, 64, 65, 200}) {
+        std::vector<int8_t> xq(size_t(n) * in);
+        for (int8_t& q : xq)
+          q = static_cast<int8_t>(extreme(gen) == 0 ? (gen() % 2 ? 127 : -127) : act(gen));
+        std::vector<float> xd(size_t(n) * blocks);
+        for (float& d : xd) d = scale(gen);
+        for (const auto& [o0, o1] : {std::pair{0, out}, std::pair{3, 18}}) {
+          for (bool accumulate : {false, true}) {
+            std::vector<float> a = random_values(size_t(n) * out, 5), b = a;
+            SkinnyArgs args{nullptr, n, in, w.data(), o0, o1, a.data(), out, accumulate};
+            args.xq = xq.data();
+            args.xd = xd.data();
+            kSkinnyPortable.q8_int8(args);
+            args.y = b.data();
+            set->q8_int8(args);
+            ASSERT_EQ(a, b) << name << " n " << n << " in " << in << " outputs " << o0 << ".." << o1
+                            << (accumulate ? " accumulate" : "");
+          }
+        }
       }
     }
   }

@@ -40,12 +40,23 @@ bool detect_avx512() {
   // Bits 5 to 7: the mask registers and both halves of the 512-bit register file.
   return (xcr0() & 0xE6u) == 0xE6u;
 }
+
+bool detect_avx512_vnni() {
+  if (!detect_avx512()) return false;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  // EBX bit 30: AVX512-BW, bit 31: AVX512-VL; ECX bit 11: AVX512-VNNI.
+  return (b & (1u << 30)) && (b & (1u << 31)) && (c & (1u << 11));
+}
 #else
 // Builds without the x86 kernels have nothing to choose.
 bool detect_avx2() {
   return false;
 }
 bool detect_avx512() {
+  return false;
+}
+bool detect_avx512_vnni() {
   return false;
 }
 #endif
@@ -59,6 +70,11 @@ bool cpu_has_avx2() {
 
 bool cpu_has_avx512() {
   static const bool has = detect_avx512();
+  return has;
+}
+
+bool cpu_has_avx512_vnni() {
+  static const bool has = detect_avx512_vnni();
   return has;
 }
 

@@ -13,6 +13,9 @@ bool cpu_has_avx2();
 // AVX-512F besides the above, with the operating system saving the 512-bit and mask registers.
 bool cpu_has_avx512();
 
+// AVX512-VNNI, -VL and -BW besides AVX-512F: the int8 dot products of 256-bit vectors.
+bool cpu_has_avx512_vnni();
+
 // The vector kernel sets of the CPU backend, narrowest first: plain C++ (any CPU), AVX2 + FMA +
 // F16C, AVX-512F. Every set gives the same bits on every op except the skinny products, where the
 // portable set's separate multiplies and adds agree with the others' fused ones to within f32

@@ -73,5 +73,8 @@ extern const SkinnyKernels kSkinnyPortable;
 extern const SkinnyKernels kSkinnyAvx2;
 // AVX-512F, likewise, where cpu_has_avx512() says; the same bits as kSkinnyAvx2.
 extern const SkinnyKernels kSkinnyAvx512;
+// The q8_int8 kernel with AVX512-VNNI, which kSkinnyAvx512 runs where cpu_has_avx512_vnni() says
+// (its AVX2 kernel elsewhere); the same bits.
+void skinny_q8_int8_avx512vnni(const SkinnyArgs& a);
 
 }  // namespace photon::cpu

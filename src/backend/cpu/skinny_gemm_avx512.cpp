@@ -12,6 +12,7 @@
 
 #include <type_traits>
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/skinny_gemm_tiles.h"
 #include "backend/cpu/skinny_gemm_x86.h"
 
@@ -100,10 +101,12 @@ void skinny_avx512(const SkinnyArgs& a) {
     skinny<Avx512, W>(a);
 }
 
-// AVX-512F has no byte multiplies (they are AVX512-BW's and VNNI's): int8 products run the AVX2
-// kernel, whose bits every set shares.
-void q8_int8_avx2(const SkinnyArgs& a) {
-  kSkinnyAvx2.q8_int8(a);
+// AVX-512F has no byte multiplies (they are AVX512-BW's and VNNI's): int8 products run the VNNI
+// kernel where the processor has it, else the AVX2 kernel; every set gives the same bits.
+void q8_int8(const SkinnyArgs& a) {
+  static const SkinnyKernel kernel =
+      cpu_has_avx512_vnni() ? skinny_q8_int8_avx512vnni : kSkinnyAvx2.q8_int8;
+  kernel(a);
 }
 
 }  // namespace
@@ -112,7 +115,7 @@ const SkinnyKernels kSkinnyAvx512 = {skinny_avx512<float, &SkinnyKernels::f32>,
                                      skinny_avx512<Bf16, &SkinnyKernels::bf16>,
                                      skinny_avx512<F16, &SkinnyKernels::f16>,
                                      skinny_avx512<Q8Block, &SkinnyKernels::q8>,
-                                     q8_int8_avx2,
+                                     q8_int8,
                                      widen<Bf16>,
                                      widen<F16>};
 
