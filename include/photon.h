@@ -161,7 +161,8 @@ PHOTON_API photon_status photon_load_options_set_progress(photon_load_options *o
 /* Sets the device the model runs on:
  *   "cpu"     the CPU (the default): f32 arithmetic, results reproducible on every machine;
  *             products use the widest vector kernels the processor has (AVX-512F, else
- *             AVX2 + FMA + F16C, else portable C++), the same bits with either vector set;
+ *             AVX2 + FMA + F16C, else portable C++; int8 products AVX512-VNNI where it is
+ *             there), the same bits with either vector set;
  *             the environment variable PHOTON_CPU_KERNELS=avx2 or =portable caps that choice
  *             (read once per process, to compare kernels or rule one out);
  *   "cuda"    the first CUDA GPU, "cuda:N" GPU number N (compute capability 8.0 or newer);
@@ -185,9 +186,12 @@ PHOTON_API photon_status photon_load_options_set_device(photon_load_options *opt
  *            about 2e-4 on the test models (the tests allow 5e-2);
  *   "bf16"   activations are rounded to bf16 (nearest even) before each product, which accumulates
  *            in f32, as PyTorch and serving engines compute: the default on a GPU (one tensor-core
- *            term). On the CPU it computes the same function in f32 arithmetic, no faster than
- *            "exact" (a reference for the GPU's results). The shipped model's test perplexity
- *            stays within 1% of "exact" and its greedy tokens mostly agree (docs/quality.md);
+ *            term). On the CPU it computes the same function in f32 arithmetic (a reference for
+ *            the GPU's results); bf16 weights on a processor with AVX512-BF16 are multiplied by
+ *            its bf16 dot product instead, in an order of its own (within f32 rounding, not the
+ *            same bits as elsewhere) and faster than "exact" with several sessions or prompt
+ *            rows. The shipped model's test perplexity stays within 1% of "exact" and its greedy
+ *            tokens mostly agree (docs/quality.md);
  *   "int8"   the CPU only, for q8 models (photon_write_options_set_dtype): products with q8
  *            weights take the activations quantized per block of 32 values (a scale each, max |x|
  *            / 127, and integers rounded to nearest) and multiply them in integers, as llama.cpp

@@ -232,6 +232,56 @@ TEST(CpuLinear, Int8KernelsGiveThePortableBits) {
 }
 #endif
 
+// The AVX512-BF16 kernel (bf16 weights at bf16 precision) has an order of its own: each row gives
+// the float64 product of its bf16 values within f32 rounding, and the bits of the row alone
+// whatever the rows beside it (every tail of the 6 x 4 tiles, the blocked loops from 48), with
+// columns in whole groups of 32, with a pair or more past them, and too few for one group; an odd
+// width takes the bf16 kernel, as exact precision computes the rounded input.
+TEST(CpuLinear, Bf16DotRowsDoNotDependOnTheirNeighbours) {
+  if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  std::vector<int> counts;
+  for (int n = 1; n <= 70; ++n) counts.push_back(n);
+  for (int n : {100, 257, 600}) counts.push_back(n);
+  const int most = counts.back(), out = 71;
+  for (int in : {8, 64, 1100, 2102, 77}) {
+    const Weights w(DType::BF16, random_values(size_t(out) * in, 41 + in, 0.1f));
+    std::vector<float> x = random_values(size_t(most) * in, 42 + in);
+    std::vector<Bf16> xb(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      xb[i].bits = f32_to_bf16(x[i]);
+      x[i] = bf16_to_f32(xb[i].bits);
+    }
+    auto product = [&](int n, const float* rows, const Bf16* packed, float* y) {
+      SkinnyArgs a{rows, n, in, w.data(), 0, out, y, out, false};
+      a.xb = packed;
+      kSkinnyAvx512.bf16_dot(a);
+    };
+    std::vector<float> alone(size_t(most) * out);
+    for (int r = 0; r < most; ++r)
+      product(1, x.data() + size_t(r) * in, xb.data() + size_t(r) * in,
+              alone.data() + size_t(r) * out);
+    std::vector<double> want, bound;
+    reference({most, in, out}, x, w.wide, nullptr, alone, false, &want, &bound);
+    expect_close(alone, want, bound, "in " + std::to_string(in));
+    std::vector<float> exact(alone.size());
+    kSkinnyAvx512.bf16({x.data(), most, in, w.data(), 0, out, exact.data(), out, false});
+    if (in % 2) {
+      EXPECT_EQ(alone, exact) << "an odd width takes the bf16 kernel";
+    } else if (in >= 32) {
+      EXPECT_NE(alone, exact) << "the dot products ran in the f32 kernels' order";
+    }
+    for (int n : counts) {
+      std::vector<float> together(size_t(n) * out);
+      product(n, x.data(), xb.data(), together.data());
+      for (int r = 0; r < n; ++r) {
+        const auto row = together.begin() + size_t(r) * out;
+        ASSERT_TRUE(std::equal(row, row + out, alone.begin() + size_t(r) * out))
+            << "in " << in << ": row " << r << " of " << n << " differs from the row alone";
+      }
+    }
+  }
+}
+
 // A kernel set by name; null, with the reason, where this build or this CPU cannot run it.
 const SkinnyKernels* kernel_set(const std::string& name, std::string* missing) {
   if (name == "portable") return &kSkinnyPortable;

@@ -118,11 +118,17 @@ ProductInput CpuBackend::product_input(const Tensor& x, bool q8_weights) {
     case Precision::Exact: return {in};
     case Precision::Bf16: {
       // The products' input rounded to bf16, kept as f32 values (exact in f32), so that the
-      // kernels multiply bf16(x) by the weights in f32 as a GPU's bf16 tensor cores do.
+      // kernels multiply bf16(x) by the weights in f32 as a GPU's bf16 tensor cores do; and the
+      // same values packed as bf16, which the bf16 dot products of bf16 weights take.
       thread_local std::vector<float> rounded;
+      thread_local std::vector<cpu::Bf16> packed;
       if (rounded.size() < n) rounded.resize(n);
-      for (size_t i = 0; i < n; ++i) rounded[i] = bf16_to_f32(f32_to_bf16(in[i]));
-      return {rounded.data()};
+      if (packed.size() < n) packed.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        packed[i].bits = f32_to_bf16(in[i]);
+        rounded[i] = bf16_to_f32(packed[i].bits);
+      }
+      return {rounded.data(), nullptr, nullptr, packed.data()};
     }
     case Precision::Int8: {
       // q8 rows are whole blocks (the op contract), so x's rows are too.

@@ -48,6 +48,16 @@ bool detect_avx512_vnni() {
   // EBX bit 30: AVX512-BW, bit 31: AVX512-VL; ECX bit 11: AVX512-VNNI.
   return (b & (1u << 30)) && (b & (1u << 31)) && (c & (1u << 11));
 }
+
+bool detect_avx512_bf16() {
+  if (!detect_avx512()) return false;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool bw_vl = (b & (1u << 30)) && (b & (1u << 31));
+  // Leaf 7 subleaf 1, EAX bit 5: AVX512-BF16.
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+  return bw_vl && (a & (1u << 5));
+}
 #else
 // Builds without the x86 kernels have nothing to choose.
 bool detect_avx2() {
@@ -57,6 +67,9 @@ bool detect_avx512() {
   return false;
 }
 bool detect_avx512_vnni() {
+  return false;
+}
+bool detect_avx512_bf16() {
   return false;
 }
 #endif
@@ -75,6 +88,11 @@ bool cpu_has_avx512() {
 
 bool cpu_has_avx512_vnni() {
   static const bool has = detect_avx512_vnni();
+  return has;
+}
+
+bool cpu_has_avx512_bf16() {
+  static const bool has = detect_avx512_bf16();
   return has;
 }
 

@@ -16,6 +16,9 @@ bool cpu_has_avx512();
 // AVX512-VNNI, -VL and -BW besides AVX-512F: the int8 dot products of 256-bit vectors.
 bool cpu_has_avx512_vnni();
 
+// AVX512-BF16, -VL and -BW besides AVX-512F: the bf16 dot products of 512-bit vectors.
+bool cpu_has_avx512_bf16();
+
 // The vector kernel sets of the CPU backend, narrowest first: plain C++ (any CPU), AVX2 + FMA +
 // F16C, AVX-512F. Every set gives the same bits on every op except the skinny products, where the
 // portable set's separate multiplies and adds agree with the others' fused ones to within f32

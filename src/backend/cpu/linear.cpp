@@ -26,12 +26,12 @@ long round_up(long a, long multiple) {
   return ceil_div(a, multiple) * multiple;
 }
 
-SkinnyKernel skinny_kernel(const SkinnyKernels& k, DType dtype, bool int8) {
+SkinnyKernel skinny_kernel(const SkinnyKernels& k, DType dtype, const ProductInput& x) {
   switch (dtype) {
     case DType::F32: return k.f32;
-    case DType::BF16: return k.bf16;
+    case DType::BF16: return x.xb ? k.bf16_dot : k.bf16;
     case DType::F16: return k.f16;
-    case DType::Q8: return int8 ? k.q8_int8 : k.q8;
+    case DType::Q8: return x.q ? k.q8_int8 : k.q8;
   }
   return k.f32;
 }
@@ -76,8 +76,9 @@ void skinny_products(const ProductInput& x, int n, std::span<const Product> prod
                           p.w.out,
                           p.accumulate,
                           x.q,
-                          x.d};
-    skinny_kernel(skinny, p.w.dtype, x.q != nullptr)(args);
+                          x.d,
+                          x.xb};
+    skinny_kernel(skinny, p.w.dtype, x)(args);
   });
 }
 

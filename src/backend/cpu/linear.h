@@ -11,12 +11,15 @@
 
 namespace photon::cpu {
 
-// A product's activations as the kernels take them: f32 rows, and, where q is set, the same rows
-// quantized (quantize_int8.h), which products with q8 weights then take instead.
+// A product's activations as the kernels take them: f32 rows; where q is set, the same rows
+// quantized (quantize_int8.h), which products with q8 weights then take instead; where xb is set
+// (bf16 precision), the rows, already rounded to bf16, packed as bf16, which products with bf16
+// weights then take (the bf16_dot kernel).
 struct ProductInput {
   const float* x = nullptr;   // [n, in]
   const int8_t* q = nullptr;  // [n, in]
   const float* d = nullptr;   // [n, in / 32]
+  const Bf16* xb = nullptr;   // [n, in]
 };
 
 // Every row count runs the skinny kernels (skinny_gemm.h) of the given set, so that a row's

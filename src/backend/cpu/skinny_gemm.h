@@ -54,15 +54,18 @@ struct SkinnyArgs {
   // The q8_int8 kernel's activations, in place of x: x quantized per block of 32 columns.
   const int8_t* xq = nullptr;  // [n, in]
   const float* xd = nullptr;   // [n, in / 32]: the blocks' scales
+  // The bf16_dot kernel's activations, besides x: x (already rounded to bf16) packed as bf16.
+  const Bf16* xb = nullptr;  // [n, in]
 };
 
 using SkinnyKernel = void (*)(const SkinnyArgs&);
 
 // The kernels of one instruction set: the skinny products per weight type (q8_int8: q8 weights and
-// int8 activations), and the exact widening of n 16-bit values to f32 (attention over bf16 and
-// f16 KV caches).
+// int8 activations; bf16_dot: bf16 weights and activations rounded to bf16, the bf16 kernel where
+// the set has no bf16 dot product), and the exact widening of n 16-bit values to f32 (attention
+// over bf16 and f16 KV caches).
 struct SkinnyKernels {
-  SkinnyKernel f32, bf16, f16, q8, q8_int8;
+  SkinnyKernel f32, bf16, f16, q8, q8_int8, bf16_dot;
   void (*widen_bf16)(const Bf16* src, float* dst, long n);
   void (*widen_f16)(const F16* src, float* dst, long n);
 };
@@ -76,5 +79,9 @@ extern const SkinnyKernels kSkinnyAvx512;
 // The q8_int8 kernel with AVX512-VNNI, which kSkinnyAvx512 runs where cpu_has_avx512_vnni() says
 // (its AVX2 kernel elsewhere); the same bits.
 void skinny_q8_int8_avx512vnni(const SkinnyArgs& a);
+// The bf16_dot kernel with AVX512-BF16 (vdpbf16ps), which kSkinnyAvx512 runs where
+// cpu_has_avx512_bf16() says and `in` is even (its bf16 kernel elsewhere): its own order of the
+// arithmetic, within f32 rounding of the others (skinny_bf16_avx512bf16.cpp).
+void skinny_bf16_dot_avx512bf16(const SkinnyArgs& a);
 
 }  // namespace photon::cpu

@@ -5,9 +5,8 @@
 //
 // One 16-lane vector holds the 16 partial sums of skinny_gemm.h, and its reduction adds lanes l and
 // l + 8 first, as the AVX2 kernels add their two vectors: both give the same bits. 16-bit weights
-// are widened exactly and multiplied in f32. AVX512-BF16's dot product would round the activations
-// to bf16 as well, losing the agreement with the f32 engine and the reference that the bf16 files
-// keep (docs/performance.md, "CPU kernels and threads").
+// are widened exactly and multiplied in f32. AVX512-BF16's dot product, which rounds the
+// activations to bf16 as well, serves bf16 precision only (skinny_bf16_avx512bf16.cpp).
 #include <immintrin.h>
 
 #include <type_traits>
@@ -23,7 +22,6 @@ namespace {
 // Every lane: the zero-masked forms of the intrinsics below, because GCC 12 warns that the unmasked
 // ones read an uninitialized vector (GCC bug 105593); the all-ones mask compiles away.
 constexpr __mmask16 kAll16 = 0xFFFF;
-constexpr __mmask8 kAll8 = 0xFF;
 
 // bf16 is the upper half of an f32: widen to 32 bits and shift.
 inline __m512 widen16(const Bf16* p) {
@@ -68,12 +66,7 @@ struct Avx512 : X86Common {
                         kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)))));
   }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-  // Lanes l and l + 8 are the two 256-bit halves.
-  static float sum(const Vec* parts) {
-    const __m512d v = _mm512_castps_pd(parts[0]);
-    return sum8(_mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(kAll8, v, 0)),
-                              _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(kAll8, v, 1))));
-  }
+  static float sum(const Vec* parts) { return sum16(parts[0]); }
 };
 
 template <class W>
@@ -109,6 +102,16 @@ void q8_int8(const SkinnyArgs& a) {
   kernel(a);
 }
 
+// bf16 precision with bf16 weights: vdpbf16ps where the processor has it and the rows are whole
+// pairs of bf16 values (every model's are), else the bf16 kernel on the input rounded in f32.
+void bf16_dot(const SkinnyArgs& a) {
+  static const bool dot = cpu_has_avx512_bf16();
+  if (dot && a.xb && a.in % 2 == 0)
+    skinny_bf16_dot_avx512bf16(a);
+  else
+    skinny_avx512<Bf16, &SkinnyKernels::bf16>(a);
+}
+
 }  // namespace
 
 const SkinnyKernels kSkinnyAvx512 = {skinny_avx512<float, &SkinnyKernels::f32>,
@@ -116,6 +119,7 @@ const SkinnyKernels kSkinnyAvx512 = {skinny_avx512<float, &SkinnyKernels::f32>,
                                      skinny_avx512<F16, &SkinnyKernels::f16>,
                                      skinny_avx512<Q8Block, &SkinnyKernels::q8>,
                                      q8_int8,
+                                     bf16_dot,
                                      widen<Bf16>,
                                      widen<F16>};
 

@@ -108,6 +108,7 @@ const SkinnyKernels kSkinnyPortable = {skinny<Portable, float>,
                                        skinny<Portable, F16>,
                                        skinny<Portable, Q8Block>,
                                        skinny_int8<PortableInt8>,
+                                       skinny<Portable, Bf16>,
                                        widen<Bf16>,
                                        widen<F16>};
 

@@ -31,6 +31,16 @@ struct X86Common {
   static float fma1(float a, float b, float c) {
     return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
   }
+#if defined(__AVX512F__)
+  // The 16 lanes of one 512-bit vector: lanes l and l + 8 are its two 256-bit halves. The zero-masked
+  // extraction, because GCC 12 warns that the unmasked one reads an uninitialized vector (GCC bug
+  // 105593); the all-ones mask compiles away.
+  static float sum16(__m512 v) {
+    const __m512d d = _mm512_castps_pd(v);
+    return sum8(_mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xFF, d, 0)),
+                              _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xFF, d, 1))));
+  }
+#endif
 };
 
 }  // namespace
