@@ -28,28 +28,17 @@ struct Bf16Pair {
   uint32_t bits;
 };
 
-struct Avx512Bf16Dot {
-  static constexpr int kLanes = 16;
-  // As the AVX-512 f32 kernels (skinny_gemm_avx512.cpp): 6 rows x 4 outputs, blocked from 48 rows.
-  static constexpr int kRows = 6, kOutputs = 4;
-  static constexpr int kBlockedRows = 48;
-  using Vec = __m512;
-
-  static Vec zero() { return _mm512_setzero_ps(); }
-  // The activations' pairs, passed to the loops as the f32 rows they take.
-  static Vec load(const float* p) {
-    Vec v = _mm512_loadu_ps(p);
-    __asm__("" : "+v"(v));
-    return v;
-  }
+// The tile and the activations' loads of the AVX-512 f32 kernels: the activations' pairs are passed
+// to the loops as the f32 rows they take.
+struct Avx512Bf16Dot : X86Avx512 {
+  using X86Avx512::load;
   static Vec load(const Bf16Pair* p) { return _mm512_loadu_ps(p); }
   static Vec fma(Vec x, Vec w, Vec acc) {
     return _mm512_dpbf16_ps(acc, std::bit_cast<__m512bh>(x), std::bit_cast<__m512bh>(w));
   }
-  static float sum(const Vec* parts) { return X86Common::sum16(parts[0]); }
   // A pair as the bits of one float, and its two products added as vdpbf16ps adds them: the
   // second's first, each product exact in f32.
-  static float scalar(const float* p) { return *p; }
+  using X86Avx512::scalar;
   static float scalar(const Bf16Pair* p) {
     float f;
     std::memcpy(&f, p, sizeof f);

@@ -98,6 +98,6 @@ void widen(const W* src, float* dst, long n) {
 
 const SkinnyKernels kSkinnyAvx2 = {
     skinny<Avx2, float>,   skinny<Avx2, Bf16>, skinny<Avx2, F16>, skinny<Avx2, Q8Block>,
-    skinny_int8<Avx2Int8>, skinny<Avx2, Bf16>, widen<Bf16>,           widen<F16>};
+    skinny_int8<Avx2Int8>, skinny<Avx2, Bf16>, widen<Bf16>,       widen<F16>};
 
 }  // namespace photon::cpu

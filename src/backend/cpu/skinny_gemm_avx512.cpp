@@ -34,24 +34,8 @@ inline __m512 widen16(const F16* p) {
   return _mm512_maskz_cvtph_ps(kAll16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-struct Avx512 : X86Common {
-  static constexpr int kLanes = 16;
-  // 6 rows x 4 outputs of accumulators, 4 weight vectors and one activation vector take 29 of the
-  // 32 registers, and 24 multiply-adds need 10 loads.
-  static constexpr int kRows = 6, kOutputs = 4;
-  // From 48 rows (8 tiles) skinny_blocked's loops ran 20-27% faster at 48-256 rows; at 32-40
-  // rows, 0-10% slower (f32, 1,664 and 4,096 columns, 2 threads on a Zen 5).
-  static constexpr int kBlockedRows = 48;
-  using Vec = __m512;
-
-  static Vec zero() { return _mm512_setzero_ps(); }
-  // As in the AVX2 kernels: keep the loaded vector in a register rather than folding it into each
-  // multiply-add as a memory operand.
-  static Vec load(const float* p) {
-    Vec v = _mm512_loadu_ps(p);
-    __asm__("" : "+v"(v));
-    return v;
-  }
+struct Avx512 : X86Avx512 {
+  using X86Avx512::load;
   static Vec load(const Bf16* p) { return widen16(p); }
   static Vec load(const F16* p) { return widen16(p); }
   // A q8 block's scale in every lane, and 16 of its values times it: each d * q, exact.
@@ -66,7 +50,6 @@ struct Avx512 : X86Common {
                         kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)))));
   }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-  static float sum(const Vec* parts) { return sum16(parts[0]); }
 };
 
 template <class W>
