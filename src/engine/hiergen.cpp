@@ -1,6 +1,7 @@
 #include "engine/hiergen.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "engine/score.h"
 #include "engine/session.h"
@@ -101,6 +102,18 @@ void hier_append(const Model& model, std::span<const AppendJob> jobs, HierScratc
     n_fresh = units;
   }
   for (const AppendJob& job : jobs) job.state->pos += static_cast<int64_t>(job.tokens.size());
+  std::vector<AppendJob> opening;
+  for (const AppendJob& job : jobs)
+    if (job.open_windows) opening.push_back(job);
+  if (!opening.empty()) open_hier_windows(model, opening, scratch);
+}
+
+void open_hier_windows(const Model& model, std::span<const AppendJob> jobs, HierScratch& scratch) {
+  Backend& b = model.backend();
+  const ModelConfig& c = model.config();
+  const Weights& w = model.weights();
+  const int L = c.num_levels();
+  std::vector<int32_t> ids;
   // Top-down: each level's open unit gets a fresh window over its complete children.
   std::vector<WindowJob> windows;
   for (int l = L; l >= 1; --l) {
@@ -221,6 +234,19 @@ class HierGenRunner final : public Runner {
  public:
   using Runner::Runner;
 
+  // Runs a prefill; when a cancellation stops it between slices, the states whose last slice
+  // skipped its windows get them first, since a cancelled prefill keeps what it consumed.
+  template <class Prefill>
+  void stop_with_windows(const std::vector<AppendJob>& stale, Prefill prefill) {
+    try {
+      prefill();
+    } catch (const Error& e) {
+      if (e.status() == PHOTON_ERR_CANCELLED && !stale.empty())
+        open_hier_windows(model_, stale, scratch_);
+      throw;
+    }
+  }
+
   void init(Session& s) const override {
     s.state.emplace<HierGenState>().allocate(model_, encoder_capacities(model_.config(), s.context),
                                              s.kv_type);
@@ -231,27 +257,43 @@ class HierGenRunner final : public Runner {
     Session* self = &s;
     catch_up({&self, 1});
     HierGenState& st = s.as<HierGenState>();
-    for (size_t at = 0; at < tokens.size(); at += kPrefillSlice) {
-      s.check_cancel();
-      const auto slice = tokens.subspan(at, std::min(kPrefillSlice, tokens.size() - at));
-      s.history.insert(s.history.end(), slice.begin(), slice.end());
-      const AppendJob job{&st, slice, s.history};
-      hier_append(model_, {&job, 1}, scratch_);
-    }
+    std::vector<AppendJob> stale;  // the last slice, when its windows were skipped
+    stop_with_windows(stale, [&] {
+      for (size_t at = 0; at < tokens.size(); at += kPrefillSlice) {
+        s.check_cancel();
+        const auto slice = tokens.subspan(at, std::min(kPrefillSlice, tokens.size() - at));
+        s.history.insert(s.history.end(), slice.begin(), slice.end());
+        const AppendJob job{&st, slice, s.history, at + slice.size() == tokens.size()};
+        hier_append(model_, {&job, 1}, scratch_);
+        stale.assign(job.open_windows ? 0 : 1, job);
+      }
+    });
   }
 
   void prefill_batch(std::span<Session* const> sessions,
                      std::span<const std::span<const int32_t>> tokens) override {
     catch_up(sessions);
     std::vector<AppendJob> jobs;
-    in_passes(sessions, tokens, [&](const PrefillPass& pass) {
-      jobs.clear();
-      for (size_t k = 0; k < pass.sessions.size(); ++k) {
-        Session& s = *pass.sessions[k];
-        s.history.insert(s.history.end(), pass.slices[k].begin(), pass.slices[k].end());
-        jobs.push_back({&s.as<HierGenState>(), pass.slices[k], s.history});
-      }
-      hier_append(model_, jobs, scratch_);
+    // By session: its last slice, when its windows were skipped (more slices follow).
+    std::vector<std::optional<AppendJob>> skipped(sessions.size());
+    std::vector<AppendJob> stale;
+    stop_with_windows(stale, [&] {
+      in_passes(sessions, tokens, [&](const PrefillPass& pass) {
+        jobs.clear();
+        for (size_t k = 0; k < pass.sessions.size(); ++k) {
+          Session& s = *pass.sessions[k];
+          const std::span<const int32_t> slice = pass.slices[k], all = tokens[pass.index[k]];
+          s.history.insert(s.history.end(), slice.begin(), slice.end());
+          jobs.push_back({&s.as<HierGenState>(), slice, s.history,
+                          slice.data() + slice.size() == all.data() + all.size()});
+        }
+        hier_append(model_, jobs, scratch_);
+        stale.clear();
+        for (size_t k = 0; k < jobs.size(); ++k)
+          skipped[pass.index[k]] = jobs[k].open_windows ? std::nullopt : std::optional(jobs[k]);
+        for (const std::optional<AppendJob>& job : skipped)
+          if (job) stale.push_back(*job);
+      });
     });
   }
 

@@ -47,12 +47,21 @@ struct AppendJob {
   HierGenState* state;
   std::span<const int32_t> tokens;
   std::span<const int32_t> history;
+  // Whether hier_append rebuilds the state's windows. A state that takes more tokens before it is
+  // used (the next slice of its prompt) or is discarded (RecGen's prompts, which start windows of
+  // their own) skips them: they are half the launches of a pass, over a few rows each. Its
+  // windows stay those of an earlier position until open_hier_windows rebuilds them.
+  bool open_windows;
 };
 
 // Consumes each job's tokens in parallel (spec 5, prefill): the encoders step over every unit
-// that completes, then the windows of the open unit at every level are rebuilt top-down. The jobs
-// (distinct states) share each level's GEMMs.
+// that completes, then the windows of the open unit at every level are rebuilt top-down for the
+// jobs that ask for them. The jobs (distinct states) share each level's GEMMs.
 void hier_append(const Model& model, std::span<const AppendJob> jobs, HierScratch& scratch);
+
+// Rebuilds the windows of each job's open units top-down, as hier_append does after its tokens
+// (the state has consumed them already).
+void open_hier_windows(const Model& model, std::span<const AppendJob> jobs, HierScratch& scratch);
 
 // Consumes one token per state incrementally (spec 5, HierGen): it completes its level-1 unit or
 // feeds the level-1 window; a completed unit steps its level's encoder and feeds the parent, and so

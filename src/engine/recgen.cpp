@@ -198,7 +198,7 @@ class RecGenRunner final : public Runner {
         const size_t i = pass.index[k];
         const std::span<const int32_t> slice = pass.slices[k];
         const size_t end = static_cast<size_t>(slice.data() - prompts[i].data()) + slice.size();
-        jobs.push_back({&states[i], slice, whole[i].first(end)});
+        jobs.push_back({&states[i], slice, whole[i].first(end), false});
       }
       hier_append(model_, jobs, scratch_.prompt);
     });

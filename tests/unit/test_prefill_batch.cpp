@@ -4,8 +4,11 @@
 // continuation after generation; and its argument checks, which leave every session unchanged.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "photon.h"
@@ -197,6 +200,66 @@ TEST_P(PrefillBatch, BadArgumentsLeaveEverySessionUnchanged) {
   for (photon_session* s : sessions) {
     EXPECT_EQ(photon_session_position(s), 0);
     photon_session_free(s);
+  }
+}
+
+// A cancellation that stops a prefill between slices (or a batch between passes) leaves each
+// HierGen or vanilla session as if it had been prefilled with the tokens it kept: the windows a
+// slice skips because more follow are rebuilt before the call returns. The cancel comes from
+// another thread after a delay; delays are spread over an uncancelled prefill's time until both
+// calls have been stopped part-way, and every outcome is checked.
+TEST_P(PrefillBatch, CancelledPartWayEndsAsIfPrefilledWithWhatItKept) {
+  // Even indices are HierGen sessions (session()); three slices each, one session a pass.
+  const std::vector<std::vector<int32_t>> prompts = {prompt(1500, 1, true), prompt(1400, 2, true)};
+  auto run = [&](bool batch, std::chrono::microseconds delay) {
+    std::vector<photon_session*> sessions = {session(0), session(2)};
+    std::vector<const int32_t*> tokens;
+    std::vector<size_t> counts;
+    for (const std::vector<int32_t>& p : prompts) {
+      tokens.push_back(p.data());
+      counts.push_back(batch || counts.empty() ? p.size() : 0);
+    }
+    const auto started = std::chrono::steady_clock::now();
+    std::thread canceller;
+    if (delay.count() > 0)
+      canceller = std::thread([&] {
+        std::this_thread::sleep_for(delay);
+        for (photon_session* s : sessions) photon_session_cancel(s);
+      });
+    const photon_status status =
+        batch ? photon_session_prefill_batch(sessions.data(), 2, tokens.data(), counts.data())
+              : photon_session_prefill(sessions[0], tokens[0], counts[0]);
+    const auto took = std::chrono::steady_clock::now() - started;
+    if (canceller.joinable()) canceller.join();
+    EXPECT_TRUE(status == PHOTON_OK || status == PHOTON_ERR_CANCELLED) << photon_last_error();
+    bool part_way = false;
+    for (size_t i = 0; i < sessions.size(); ++i) {
+      const int64_t kept = photon_session_position(sessions[i]);
+      part_way |= kept > 0 && kept < static_cast<int64_t>(counts[i]);
+      if (status == PHOTON_OK) continue;  // a cancel still pending would stop the generation
+      SCOPED_TRACE("session " + std::to_string(i) + ", " + std::to_string(kept) + " tokens kept");
+      photon_session* alone = session(2 * static_cast<int>(i));
+      EXPECT_EQ(photon_session_prefill(alone, prompts[i].data(), static_cast<size_t>(kept)),
+                PHOTON_OK);
+      EXPECT_TRUE(saved(sessions[i]) == saved(alone)) << "the saved states differ";
+      if (kept > 0) {
+        const Generated a = generate(sessions[i], 8), b = generate(alone, 8);
+        EXPECT_EQ(a.tokens, b.tokens);
+        EXPECT_EQ(a.logprobs, b.logprobs);
+      }
+      photon_session_free(alone);
+    }
+    for (photon_session* s : sessions) photon_session_free(s);
+    return std::make_pair(part_way, took);
+  };
+  for (const bool batch : {false, true}) {
+    SCOPED_TRACE(batch ? "photon_session_prefill_batch" : "one session");
+    const auto whole = std::chrono::duration_cast<std::chrono::microseconds>(
+        run(batch, std::chrono::microseconds(0)).second);
+    bool stopped_part_way = false;
+    for (int attempt = 1; attempt <= 24 && !stopped_part_way; ++attempt)
+      stopped_part_way = run(batch, whole * (attempt % 8 + 1) / 10).first;
+    EXPECT_TRUE(stopped_part_way) << "no cancellation landed between slices in 24 tries";
   }
 }
 
