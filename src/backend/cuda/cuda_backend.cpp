@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -20,6 +21,19 @@ namespace {
 constexpr size_t kInitialScratch = size_t{16} << 20;
 constexpr size_t kInitialPinned = size_t{4} << 20;
 constexpr size_t kGemmWorkspace = size_t{32} << 20;
+constexpr int64_t kPrefillPassRows = 4096;
+
+// PHOTON_CUDA_PREFILL_ROWS, when set: the rows of a batched prefill's pass.
+int64_t prefill_pass_rows_from_environment() {
+  const char* value = std::getenv("PHOTON_CUDA_PREFILL_ROWS");
+  if (value == nullptr || *value == '\0') return kPrefillPassRows;
+  char* end = nullptr;
+  const long long rows = std::strtoll(value, &end, 10);
+  check(*end == '\0' && rows >= 1 && rows <= (int64_t{1} << 24), PHOTON_ERR_INVALID_ARGUMENT,
+        "PHOTON_CUDA_PREFILL_ROWS must be a number of rows from 1 to 16777216, not '" +
+            std::string(value) + "'");
+  return rows;
+}
 
 // Every backend's pool in the process, by device. A pool keeps what its model freed, so when an
 // allocation fails, the pools of the other models on the device (a process may load several)
@@ -132,7 +146,10 @@ CudaBackend::Lock::~Lock() {
 }
 
 CudaBackend::CudaBackend(const CudaOptions& options)
-    : Backend(options.precision), device_(options.ordinal), exact_f32_(options.exact_f32) {
+    : Backend(options.precision),
+      device_(options.ordinal),
+      exact_f32_(options.exact_f32),
+      prefill_pass_rows_(prefill_pass_rows_from_environment()) {
   int pools = 0;
   PHOTON_CUDA_CHECK(
       cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device_.info().ordinal));

@@ -59,7 +59,8 @@ class CudaBackend : public Backend {
 
   std::string name() const override;
   // Thousands of rows fill the GPU's tensor cores; one session's prompt slice (512) does not.
-  int64_t prefill_pass_rows() const override { return 4096; }
+  // PHOTON_CUDA_PREFILL_ROWS overrides the default (kPrefillPassRows), for measuring.
+  int64_t prefill_pass_rows() const override { return prefill_pass_rows_; }
 
   std::unique_ptr<Buffer> allocate(size_t bytes, std::string_view what) override;
 
@@ -136,6 +137,7 @@ class CudaBackend : public Backend {
   mutable std::recursive_mutex mutex_;
   Device device_;  // first: its stream outlives every member below
   const bool exact_f32_;
+  const int64_t prefill_pass_rows_;
   cudaMemPool_t pool_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
   Arena scratch_;
