@@ -18,8 +18,10 @@ bool group_done(const ModelConfig& c, const Session& s) {
 
 namespace {
 
-// Passes of prompt tokens per group of RecGen's batched prefill (prefill_batch).
+// Prompt tokens per group of RecGen's batched prefill (prefill_batch): 16 passes, at most
+// 65,536 tokens (a pass more where one pass holds more).
 constexpr size_t kGroupPasses = 16;
+constexpr size_t kGroupTokens = 65536;
 
 class RecGenRunner final : public Runner {
  public:
@@ -54,14 +56,15 @@ class RecGenRunner final : public Runner {
 
   void prefill_batch(std::span<Session* const> sessions,
                      std::span<const std::span<const int32_t>> tokens) override {
-    // Prompts go together in groups of at most kGroupPasses passes' tokens, which bounds the
-    // temporary caches that encode_prompts holds at once (on a GPU 65,536 tokens: about 0.8 GiB of
-    // f32 level-1 caches for photon-600m), while the windows and plans of many prompts start in
-    // one batch. (With groups of one pass, an H200 took 1.57 s for RecGen's prefill of 256 prompts
-    // of 2,048 tokens, HierGen's 0.49 s.)
+    // Prompts go together in groups of at most max_group tokens, which bounds the temporary caches
+    // that encode_prompts holds at once (65,536 tokens: about 0.8 GiB of f32 level-1 caches for
+    // photon-600m), while the windows and plans of many prompts start in one batch. (With groups
+    // of one pass, an H200 took 1.57 s for RecGen's prefill of 256 prompts of 2,048 tokens,
+    // HierGen's 0.49 s.)
     std::vector<Session*> group;
     std::vector<std::span<const int32_t>> group_tokens;
     size_t group_size = 0;
+    const size_t max_group = std::min(kGroupPasses * pass_tokens(), kGroupTokens);
     auto flush = [&] {
       for (Session* s : sessions) s->check_cancel();
       if (!group.empty()) encode_prompts(group, group_tokens);
@@ -78,7 +81,7 @@ class RecGenRunner final : public Runner {
         continue;
       }
       const size_t size = s.history.size() + tokens[i].size();
-      if (group_size > 0 && group_size + size > kGroupPasses * pass_tokens()) flush();
+      if (group_size > 0 && group_size + size > max_group) flush();
       group.push_back(&s);
       group_tokens.push_back(tokens[i]);
       group_size += size;

@@ -21,7 +21,10 @@ namespace {
 constexpr size_t kInitialScratch = size_t{16} << 20;
 constexpr size_t kInitialPinned = size_t{4} << 20;
 constexpr size_t kGemmWorkspace = size_t{32} << 20;
-constexpr int64_t kPrefillPassRows = 4096;
+// Four times the rows of 4,096 took an H200's prefill of 256 prompts of 2,048 tokens from 0.46 s
+// to 0.35 s (RecGen; HierGen 0.44 s to 0.33 s); four times more again gained 4-16%, with passes'
+// workspaces four times larger.
+constexpr int64_t kPrefillPassRows = 16384;
 
 // PHOTON_CUDA_PREFILL_ROWS, when set: the rows of a batched prefill's pass.
 int64_t prefill_pass_rows_from_environment() {
