@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """End-to-end tests of `photon serve` over loopback HTTP.
 
-usage: test_serve.py --photon BIN --work-dir DIR ... GROUP
+usage: test_serve.py --photon BIN --work-dir DIR [--device DEV] ... GROUP
 
 GROUP is `setup` (writes the models the other groups use), one of usage, api, errors, busy,
 many, equality, conversation, disconnect, shutdown, soak, or node_setup / openai_node (the official
 `openai` npm client). Every group starts its own servers on port 0 (loopback only) and stops them
 with SIGTERM at its end; every wait is bounded. Replies are compared with `photon generate`, run
-on the same model (one session per prompt; resumed with --resume for conversations). Standard
-library only. Prints "N passed, N failed" and exits non-zero when a check failed.
+on the same model (one session per prompt; resumed with --resume for conversations), on the
+device --device names (the CPU by default). Standard library only. Prints "N passed, N failed"
+and exits non-zero when a check failed.
 """
 
 import argparse
@@ -32,6 +33,7 @@ WRITE_TEMPLATE_MODEL = ""
 NODE_DIR = ""
 NPM = ""
 NODE = ""
+DEVICE = []  # ["--device", DEV] for the servers and photon generate alike
 PASSED = 0
 FAILED = 0
 LOCK = threading.Lock()
@@ -74,7 +76,7 @@ def generate(name, *argv):
     """photon generate --json -> (generated text, the JSON record). With -p, the text printed
     before the JSON line starts with the prompt, which is removed here."""
     argv = [str(a) for a in argv]
-    rc, out, err = run_photon("generate", "-m", model(name), "--json", *argv)
+    rc, out, err = run_photon("generate", "-m", model(name), "--json", *DEVICE, *argv)
     if not check(rc == 0, "photon generate %s failed: %s" % (" ".join(argv), err)):
         return "", {}
     lines = out.split("\n")
@@ -102,7 +104,8 @@ class Server:
         Server.started += 1
         self.log_path = os.path.join(WORK, "server-%d-%d.log" % (os.getpid(), Server.started))
         self.log = open(self.log_path, "w")
-        argv = [PHOTON, "serve", "-m", model(name), "--host", "127.0.0.1", "--port", "0"] + self.flags
+        argv = [PHOTON, "serve", "-m", model(name), "--host", "127.0.0.1", "--port", "0"] + DEVICE
+        argv += self.flags
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=self.log, env=env)
         self.port = None
@@ -1169,7 +1172,7 @@ GROUPS = {
 
 
 def main():
-    global PHOTON, WORK, SOURCE, WRITE_TEMPLATE_MODEL, NODE_DIR, NPM, NODE
+    global PHOTON, WORK, SOURCE, WRITE_TEMPLATE_MODEL, NODE_DIR, NPM, NODE, DEVICE
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--photon", required=True)
     parser.add_argument("--work-dir", required=True)
@@ -1178,11 +1181,14 @@ def main():
     parser.add_argument("--node-dir", default="")
     parser.add_argument("--npm", default="npm")
     parser.add_argument("--node", default="node")
+    parser.add_argument("--device", default="",
+                        help="the servers' and photon generate's --device (default: the CPU)")
     parser.add_argument("group", choices=sorted(GROUPS))
     args = parser.parse_args()
     PHOTON, WORK, SOURCE = (os.path.abspath(p) for p in (args.photon, args.work_dir, args.source_dir))
     WRITE_TEMPLATE_MODEL, NODE_DIR = args.write_template_model, os.path.abspath(args.node_dir or WORK)
     NPM, NODE = args.npm, args.node
+    DEVICE = ["--device", args.device] if args.device else []
     os.makedirs(WORK, exist_ok=True)
     try:
         GROUPS[args.group]()
