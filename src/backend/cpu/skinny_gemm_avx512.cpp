@@ -77,12 +77,15 @@ void skinny_avx512(const SkinnyArgs& a) {
     skinny<Avx512, W>(a);
 }
 
-// AVX-512F has no byte multiplies (they are AVX512-BW's and VNNI's): int8 products run the VNNI
-// kernel where the processor has it, else the AVX2 kernel; every set gives the same bits.
+// AVX-512F has no byte multiplies (they are AVX512-BW's and VNNI's): int8 products of several rows
+// run the VNNI kernel where the processor has it, else the AVX2 kernel; every set gives the same
+// bits. One row runs the AVX2 kernel everywhere: on a Zen 5 it gave 26.8-31.7 GMAC/s where the
+// VNNI kernel, whose weight blocks each cost a vpdpbusd of their own, gave 24.1-28.3 (one thread,
+// one row against 4,096 x 1,664, 1,664 x 4,096 and 32,000 x 1,664 q8 weights, best of 300).
 void q8_int8(const SkinnyArgs& a) {
-  static const SkinnyKernel kernel =
+  static const SkinnyKernel several =
       cpu_has_avx512_vnni() ? skinny_q8_int8_avx512vnni : kSkinnyAvx2.q8_int8;
-  kernel(a);
+  (a.n == 1 ? kSkinnyAvx2.q8_int8 : several)(a);
 }
 
 // bf16 precision with bf16 weights: vdpbf16ps where the processor has it and the rows are whole
