@@ -18,8 +18,8 @@ bool group_done(const ModelConfig& c, const Session& s) {
 
 namespace {
 
-// Prompt tokens per group of RecGen's batched prefill (prefill_batch): 16 passes, at most
-// 65,536 tokens (a pass more where one pass holds more).
+// Prompt tokens per group of RecGen's batched prefill (prefill_batch): 16 passes' worth, at most
+// 65,536 (a longer prompt is a group of its own).
 constexpr size_t kGroupPasses = 16;
 constexpr size_t kGroupTokens = 65536;
 
