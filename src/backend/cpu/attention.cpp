@@ -22,43 +22,26 @@ constexpr int kKeyBlock = 512;
 constexpr size_t kMaxPartialFloats = size_t{4} << 20;
 
 struct Shape {
-  int heads, group, head_dim, kv_stride;
+  int heads, group, head_dim;
   float scale;
 };
 
-// The rows of one segment's keys or values, in the cache's storage type.
-struct CacheRows {
-  const Tensor& cache;
-  const SkinnyKernels& kernels;
-
-  // Row j as f32: in place for an f32 cache, else widened into widened[0 .. cols).
-  const float* row(long j, float* widened) const {
-    if (cache.dtype == DType::F32) return host(cache) + j * cache.cols;
-    if (cache.dtype == DType::BF16)
-      kernels.widen_bf16(host<const Bf16>(cache) + j * cache.cols, widened, cache.cols);
-    else
-      kernels.widen_f16(host<const F16>(cache) + j * cache.cols, widened, cache.cols);
-    return widened;
-  }
+// One segment's keys and values, with the kernel set's loops for their storage type.
+struct Cache {
+  CachedRows k, v;
+  const AttentionLoops& loops;
 };
 
-// scores[h * n + j] = q_h . k_(j0 + j) * scale for j in [0, n). Keys are the outer loop so that
-// each cached row is read once, front to back, for all the heads: per head it would be strided
-// reads across the whole cache, which made long-context decoding bound by cache and TLB misses.
-void key_scores(const float* q, const CacheRows& k, long j0, long n, const Shape& s, float* scores,
-                float* widened) {
-  for (long j = 0; j < n; ++j) {
-    const float* kj = k.row(j0 + j, widened);
-    for (int h = 0; h < s.heads; ++h) {
-      const float* qh = q + h * s.head_dim;
-      const float* kh = kj + (h / s.group) * s.head_dim;
-      float dot = 0.0f;
-      // Reordered into vector lanes, the same way on every call: results stay reproducible.
-#pragma omp simd reduction(+ : dot)
-      for (int d = 0; d < s.head_dim; ++d) dot += qh[d] * kh[d];
-      scores[h * n + j] = dot * s.scale;
-    }
-  }
+const AttentionLoops& loops_for(DType dtype, const SkinnyKernels& kernels) {
+  if (dtype == DType::BF16) return kernels.attention_bf16;
+  if (dtype == DType::F16) return kernels.attention_f16;
+  return kernels.attention_f32;
+}
+
+Cache cache_of(const AttentionSegment& seg, const Shape& s, const SkinnyKernels& kernels) {
+  const CachedRows k{host<const char>(seg.k), seg.k.cols, s.heads, s.group, s.head_dim};
+  const CachedRows v{host<const char>(seg.v), seg.v.cols, s.heads, s.group, s.head_dim};
+  return {k, v, loops_for(seg.k.dtype, kernels)};
 }
 
 // row[j] = exp(row[j] - max) for j in [0, n), with max the row's largest score; returns their sum.
@@ -74,52 +57,35 @@ float exponentials(float* row, long n, float* max_out) {
   return sum;
 }
 
-// out[h] = sum over j in [0, n) of weights[h * n + j] v_(j0 + j), heads concatenated.
-void weighted_values(const float* weights, const CacheRows& v, long j0, long n, const Shape& s,
-                     float* out, float* widened) {
+// out[h] = the sum over keys [j0, j0 + n) of weights[h * n + j] v_(j0 + j), heads concatenated.
+void weighted_values(const float* weights, const Cache& c, long j0, long n, const Shape& s,
+                     float* out) {
   std::fill(out, out + static_cast<long>(s.heads) * s.head_dim, 0.0f);
-  for (long j = 0; j < n; ++j) {
-    const float* vj = v.row(j0 + j, widened);
-    for (int h = 0; h < s.heads; ++h) {
-      const float w = weights[h * n + j];
-      const float* vh = vj + (h / s.group) * s.head_dim;
-      float* oh = out + h * s.head_dim;
-      for (int d = 0; d < s.head_dim; ++d) oh[d] += w * vh[d];
-    }
-  }
+  c.loops.weighted_values(c.v, weights, j0, n, out);
 }
 
-// Per-thread scratch: scores [heads][keys of one item], then one widened cache row.
-struct Scratch {
-  float* scores;
-  float* widened;
-};
-
 // One query row of at most kKeyBlock keys, all heads: softmax(q.k / sqrt(d)) over keys 0..n-1,
-// then the weighted sum of v.
-void attend_row(const float* q, const CacheRows& k, const CacheRows& v, long n, const Shape& s,
-                const Scratch& scratch, float* out) {
-  float* scores = scratch.scores;
-  key_scores(q, k, 0, n, s, scores, scratch.widened);
+// then the weighted sum of v. scores: scratch of [heads][n].
+void attend_row(const float* q, const Cache& c, long n, const Shape& s, float* scores, float* out) {
+  c.loops.key_scores(c.k, q, 0, n, s.scale, scores);
   for (int h = 0; h < s.heads; ++h) {
     float* row = scores + h * n;
     float max;
     const float inv = 1.0f / exponentials(row, n, &max);
     for (long j = 0; j < n; ++j) row[j] *= inv;
   }
-  weighted_values(scores, v, 0, n, s, out, scratch.widened);
+  weighted_values(scores, c, 0, n, s, out);
 }
 
 // Keys [j0, j0 + n) of a long row: per head its maximum score, the sum of exp(score - maximum)
 // and the values weighted by those, unnormalized: partial [heads * (2 + head_dim)].
-void attend_block(const float* q, const CacheRows& k, const CacheRows& v, long j0, long n,
-                  const Shape& s, const Scratch& scratch, float* partial) {
+void attend_block(const float* q, const Cache& c, long j0, long n, const Shape& s, float* scores,
+                  float* partial) {
   float* max = partial;
   float* sum = partial + s.heads;
-  float* scores = scratch.scores;
-  key_scores(q, k, j0, n, s, scores, scratch.widened);
+  c.loops.key_scores(c.k, q, j0, n, s.scale, scores);
   for (int h = 0; h < s.heads; ++h) sum[h] = exponentials(scores + h * n, n, &max[h]);
-  weighted_values(scores, v, j0, n, s, partial + 2 * s.heads, scratch.widened);
+  weighted_values(scores, c, j0, n, s, partial + 2 * s.heads);
 }
 
 // The blocks' partials of one row, in block order, into its output.
@@ -164,7 +130,7 @@ void attention(const float* q, const AttentionShape& shape,
                std::span<const AttentionSegment> segments, float* out, const SkinnyKernels& kernels,
                int threads) {
   const int heads = shape.heads, head_dim = shape.head_dim;
-  const Shape s{heads, heads / shape.kv_heads, head_dim, shape.kv_dim(),
+  const Shape s{heads, heads / shape.kv_heads, head_dim,
                 1.0f / std::sqrt(static_cast<float>(head_dim))};
   const long q_stride = static_cast<long>(heads) * head_dim;
   const long partial_size = static_cast<long>(heads) * (2 + head_dim);
@@ -178,11 +144,12 @@ void attention(const float* q, const AttentionShape& shape,
   }
   // Waking the other threads costs tens of microseconds: worth it from about 2^17 multiply-adds
   // (one row of 1,024 keys at 256 values per key), and never for a single item (one row of at
-  // most kKeyBlock keys).
+  // most kKeyBlock keys: splitting its heads over 2 threads made one vanilla-600m session decode
+  // 10% slower on a Zen 5).
   if (work <= (1 << 17) || (rows == 1 && max_keys <= kKeyBlock)) threads = 1;
   // Scratch and partials are allocated out here: the loops' items must not throw.
-  const size_t score_floats = static_cast<size_t>(heads) * std::min(max_keys, kKeyBlock);
-  const size_t per_thread = score_floats + static_cast<size_t>(s.kv_stride);
+  // Per thread: scores [heads][keys of one item].
+  const size_t per_thread = static_cast<size_t>(heads) * std::min(max_keys, kKeyBlock);
   std::vector<float> scratch(per_thread * std::max(1, threads));
   std::vector<Item> items;
   std::vector<LongRow> long_rows;  // of the current wave
@@ -194,14 +161,12 @@ void attention(const float* q, const AttentionShape& shape,
   auto run_wave = [&] {
     parallel_for(threads, static_cast<long>(items.size()), [&](long i, int slot) {
       const Item& it = items[i];
-      const AttentionSegment& seg = segments[it.segment];
-      const CacheRows k{seg.k, kernels}, v{seg.v, kernels};
-      float* mine = scratch.data() + static_cast<size_t>(slot) * per_thread;
-      const Scratch thread_scratch{mine, mine + score_floats};
+      const Cache c = cache_of(segments[it.segment], s, kernels);
+      float* scores = scratch.data() + static_cast<size_t>(slot) * per_thread;
       if (it.partial < 0)
-        attend_row(q + it.row * q_stride, k, v, it.n, s, thread_scratch, out + it.row * q_stride);
+        attend_row(q + it.row * q_stride, c, it.n, s, scores, out + it.row * q_stride);
       else
-        attend_block(q + it.row * q_stride, k, v, it.j0, it.n, s, thread_scratch,
+        attend_block(q + it.row * q_stride, c, it.j0, it.n, s, scores,
                      partials.data() + it.partial * partial_size);
     });
     parallel_for(threads, static_cast<long>(long_rows.size()), [&](long r, int) {

@@ -12,9 +12,9 @@ namespace photon::cpu {
 // caches: CPU tensors of f32, bf16 or f16 with keys after RoPE. Query head h reads kv head
 // h / (heads / kv_heads). At most `threads` threads share the rows, and the key blocks of long
 // rows (a single session decoding a long context uses them all); a row's result depends on its
-// own query and keys only, not on the rows beside it or the thread count. 16-bit keys and values
-// are widened to f32 exactly (by the kernel set's widening): the result is that of an f32 cache
-// holding the same values.
+// own query and keys only, not on the rows beside it or the thread count. The kernel set's loops
+// (attention_rows.h) give the same bits on every CPU; 16-bit keys and values are widened to f32
+// exactly: the result is that of an f32 cache holding the same values.
 void attention(const float* q, const AttentionShape& shape,
                std::span<const AttentionSegment> segments, float* out, const SkinnyKernels& kernels,
                int threads = 1);

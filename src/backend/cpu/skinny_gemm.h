@@ -26,6 +26,8 @@
 
 #include <cstdint>
 
+#include "backend/cpu/attention_rows.h"
+
 namespace photon::cpu {
 
 // Storage types of weight elements, distinct so that the kernels overload on them.
@@ -62,12 +64,11 @@ using SkinnyKernel = void (*)(const SkinnyArgs&);
 
 // The kernels of one instruction set: the skinny products per weight type (q8_int8: q8 weights and
 // int8 activations; bf16_dot: bf16 weights and activations rounded to bf16, the bf16 kernel where
-// the set has no bf16 dot product), and the exact widening of n 16-bit values to f32 (attention
-// over bf16 and f16 KV caches).
+// the set has no bf16 dot product), and attention's loops over f32, bf16 and f16 KV caches
+// (attention_rows.h).
 struct SkinnyKernels {
   SkinnyKernel f32, bf16, f16, q8, q8_int8, bf16_dot;
-  void (*widen_bf16)(const Bf16* src, float* dst, long n);
-  void (*widen_f16)(const F16* src, float* dst, long n);
+  AttentionLoops attention_f32, attention_bf16, attention_f16;
 };
 
 // Plain C++ (any CPU).

@@ -4,6 +4,7 @@
 // copy of such a function, which could be this file's AVX2 build, called on any CPU.
 #include <immintrin.h>
 
+#include "backend/cpu/attention_rows_loops.h"
 #include "backend/cpu/skinny_gemm_tiles.h"
 #include "backend/cpu/skinny_gemm_x86.h"
 #include "backend/cpu/skinny_int8_tiles.h"
@@ -11,16 +12,6 @@
 namespace photon::cpu {
 
 namespace {
-
-// bf16 is the upper half of an f32: widen to 32 bits and shift.
-inline __m256 widen8(const Bf16* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-inline __m256 widen8(const F16* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
 
 struct Avx2 : X86Common {
   static constexpr int kLanes = 8;
@@ -87,17 +78,16 @@ struct Avx2Int8 {
   static float sum(Acc acc) { return X86Common::sum8(acc); }
 };
 
-template <class W>
-void widen(const W* src, float* dst, long n) {
-  long i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, widen8(src + i));
-  for (; i < n; ++i) dst[i] = Avx2::scalar(src + i);
-}
-
 }  // namespace
 
-const SkinnyKernels kSkinnyAvx2 = {
-    skinny<Avx2, float>,   skinny<Avx2, Bf16>, skinny<Avx2, F16>, skinny<Avx2, Q8Block>,
-    skinny_int8<Avx2Int8>, skinny<Avx2, Bf16>, widen<Bf16>,       widen<F16>};
+const SkinnyKernels kSkinnyAvx2 = {skinny<Avx2, float>,
+                                   skinny<Avx2, Bf16>,
+                                   skinny<Avx2, F16>,
+                                   skinny<Avx2, Q8Block>,
+                                   skinny_int8<Avx2Int8>,
+                                   skinny<Avx2, Bf16>,
+                                   attention_loops<X86Rows, float>(),
+                                   attention_loops<X86Rows, Bf16>(),
+                                   attention_loops<X86Rows, F16>()};
 
 }  // namespace photon::cpu

@@ -11,6 +11,7 @@
 
 #include <type_traits>
 
+#include "backend/cpu/attention_rows_loops.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/skinny_gemm_tiles.h"
 #include "backend/cpu/skinny_gemm_x86.h"
@@ -51,13 +52,6 @@ struct Avx512 : X86Avx512 {
   }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 };
-
-template <class W>
-void widen(const W* src, float* dst, long n) {
-  long i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, widen16(src + i));
-  for (; i < n; ++i) dst[i] = Avx512::scalar(src + i);
-}
 
 // Below these row counts the AVX2 kernels (3 x 2 tiles) run the products. With 16-bit weights
 // they were 6-10% faster at 2-4 rows, and these 10% (5 rows) to 88% (15 rows) faster from 5 on:
@@ -106,7 +100,8 @@ const SkinnyKernels kSkinnyAvx512 = {skinny_avx512<float, &SkinnyKernels::f32>,
                                      skinny_avx512<Q8Block, &SkinnyKernels::q8>,
                                      q8_int8,
                                      bf16_dot,
-                                     widen<Bf16>,
-                                     widen<F16>};
+                                     attention_loops<X86Rows, float>(),
+                                     attention_loops<X86Rows, Bf16>(),
+                                     attention_loops<X86Rows, F16>()};
 
 }  // namespace photon::cpu

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/attention_rows_loops.h"
 #include "backend/cpu/skinny_gemm_tiles.h"
 #include "backend/cpu/skinny_int8_tiles.h"
 #include "core/dtype.h"
@@ -96,10 +97,39 @@ struct PortableInt8 {
   }
 };
 
-template <class W>
-void widen(const W* src, float* dst, long n) {
-  for (long i = 0; i < n; ++i) dst[i] = Portable::scalar(src + i);
-}
+// The attention loops (attention_rows_loops.h) over 8 lanes, each multiply-add fused as the vector
+// sets' are, so that all give the same bits.
+struct PortableRows {
+  struct Vec {
+    float v[8];
+  };
+  static Vec zero() { return Vec{}; }
+  static Vec broadcast(float x) {
+    Vec r;
+    for (float& v : r.v) v = x;
+    return r;
+  }
+  template <class T>
+  static Vec load(const T* p) {
+    Vec r;
+    for (int l = 0; l < 8; ++l) r.v[l] = scalar(p + l);
+    return r;
+  }
+  static void store(float* p, const Vec& v) { std::memcpy(p, v.v, sizeof v.v); }
+  static Vec fma(const Vec& a, const Vec& b, Vec c) {
+    for (int l = 0; l < 8; ++l) c.v[l] = std::fma(a.v[l], b.v[l], c.v[l]);
+    return c;
+  }
+  static float fma1(float a, float b, float c) { return std::fma(a, b, c); }
+  static float sum8(const Vec& a) {
+    float s[4];
+    for (int l = 0; l < 4; ++l) s[l] = a.v[l] + a.v[l + 4];
+    return (s[0] + s[2]) + (s[1] + s[3]);
+  }
+  static float scalar(const float* p) { return *p; }
+  static float scalar(const Bf16* p) { return bf16_to_f32(p->bits); }
+  static float scalar(const F16* p) { return f16_to_f32(p->bits); }
+};
 
 }  // namespace
 
@@ -109,7 +139,8 @@ const SkinnyKernels kSkinnyPortable = {skinny<Portable, float>,
                                        skinny<Portable, Q8Block>,
                                        skinny_int8<PortableInt8>,
                                        skinny<Portable, Bf16>,
-                                       widen<Bf16>,
-                                       widen<F16>};
+                                       attention_loops<PortableRows, float>(),
+                                       attention_loops<PortableRows, Bf16>(),
+                                       attention_loops<PortableRows, F16>()};
 
 }  // namespace photon::cpu

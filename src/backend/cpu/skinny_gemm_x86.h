@@ -1,7 +1,8 @@
 // What the AVX2 and AVX-512 kernels share: the end of the fixed reduction tree and the columns
-// after the last whole group of 16, one element at a time; and, in the files compiled for AVX-512,
-// the traits of the kernels over 16 f32 lanes. Internal linkage (an anonymous namespace), so that
-// each kernel file keeps its own copy built for its own instruction set (see skinny_gemm_avx2.cpp).
+// after the last whole group of 16, one element at a time; the traits of attention's loops over 8
+// f32 lanes; and, in the files compiled for AVX-512, the traits of the kernels over 16 f32 lanes.
+// Internal linkage (an anonymous namespace), so that each kernel file keeps its own copy built for
+// its own instruction set (see skinny_gemm_avx2.cpp).
 #pragma once
 
 #include <immintrin.h>
@@ -31,6 +32,29 @@ struct X86Common {
   static float fma1(float a, float b, float c) {
     return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
   }
+};
+
+// bf16 is the upper half of an f32: widen to 32 bits and shift.
+inline __m256 widen8(const Bf16* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+inline __m256 widen8(const F16* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// The traits of attention's loops (attention_rows_loops.h): the AVX2 and AVX-512 sets run the same
+// 256-bit code, each built for its own instruction set.
+struct X86Rows : X86Common {
+  using Vec = __m256;
+  static Vec zero() { return _mm256_setzero_ps(); }
+  static Vec broadcast(float x) { return _mm256_set1_ps(x); }
+  static Vec load(const float* p) { return _mm256_loadu_ps(p); }
+  static Vec load(const Bf16* p) { return widen8(p); }
+  static Vec load(const F16* p) { return widen8(p); }
+  static void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+  static Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 };
 
 #if defined(__AVX512F__)
