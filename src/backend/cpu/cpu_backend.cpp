@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <cstring>
+#include <exception>
 #include <new>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "backend/cpu/host_tensor.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/logprob.h"
+#include "backend/cpu/parallel.h"
 #include "backend/cpu/quantize_int8.h"
 #include "backend/cpu/rmsnorm.h"
 #include "backend/cpu/rope.h"
@@ -22,6 +24,9 @@ namespace photon::cpu {
 namespace {
 
 constexpr std::align_val_t kAlignment{64};
+// Logits per thread below which sampling and log-probabilities stay on the calling thread: two
+// rows of a 32,000-token vocabulary.
+constexpr long kMinSampledPerThread = 1L << 16;
 
 // Host memory from operator new, not written here: pages are backed when first touched.
 class HostBuffer final : public Buffer {
@@ -195,23 +200,37 @@ void CpuBackend::do_attention(const Tensor& q, const AttentionShape& shape,
 void CpuBackend::do_sample(const Tensor& logits, std::span<const SampleRequest> rows,
                            int32_t* tokens, float* logprobs) {
   const int vocab = cols_of(logits);
-  Sampler sampler;
-  std::vector<float> row;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const float* raw = host(logits.row(static_cast<int64_t>(i)));
-    row.assign(raw, raw + vocab);  // the sampler filters in place; the log-probability is raw
-    const SampleRequest& r = rows[i];
-    tokens[i] = sampler.sample(*r.config, row.data(), vocab, r.position, r.history);
-    logprobs[i] = static_cast<float>(raw[tokens[i]] - log_sum_exp(raw, vocab));
-  }
+  const long count = static_cast<long>(rows.size());
+  // Each row's token depends on its own logits, seed and position only, so the rows of many
+  // sessions share the threads, each thread with its own sampler and copy of a row: one row of
+  // 32,000 logits took 0.28 ms at temperature 1 and 2.4 ms with top-p (sorted) on a Zen 5.
+  const int threads = threads_for(count * vocab, kMinSampledPerThread, threads_);
+  std::vector<Sampler> samplers(threads);
+  std::vector<std::vector<float>> copies(threads);
+  std::vector<std::exception_ptr> failures(threads);  // the loop's items must not throw
+  parallel_for(threads, count, [&](long i, int slot) {
+    try {
+      const float* raw = host(logits.row(i));
+      std::vector<float>& row = copies[slot];
+      row.assign(raw, raw + vocab);  // the sampler filters in place; the log-probability is raw
+      const SampleRequest& r = rows[i];
+      tokens[i] = samplers[slot].sample(*r.config, row.data(), vocab, r.position, r.history);
+      logprobs[i] = static_cast<float>(raw[tokens[i]] - log_sum_exp(raw, vocab));
+    } catch (...) {
+      failures[slot] = std::current_exception();
+    }
+  });
+  for (const std::exception_ptr& failure : failures)
+    if (failure) std::rethrow_exception(failure);
 }
 
 void CpuBackend::do_logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) {
   const int vocab = cols_of(logits);
-  for (size_t i = 0; i < targets.size(); ++i) {
-    const float* row = host(logits.row(static_cast<int64_t>(i)));
+  const long count = static_cast<long>(targets.size());
+  parallel_for(threads_for(count * vocab, kMinSampledPerThread, threads_), count, [&](long i, int) {
+    const float* row = host(logits.row(i));
     out[i] = static_cast<float>(row[targets[i]] - log_sum_exp(row, vocab));
-  }
+  });
 }
 
 }  // namespace photon::cpu
