@@ -136,9 +136,9 @@ TEST_F(Threads, EveryThreadCountGivesTheSameResults) {
   for (int32_t threads : {1, 2, 3, 0}) {
     photon_model* model = load(path_, threads);
     ASSERT_NE(model, nullptr);
-    // 5 sessions: decoding rows run the skinny kernels; the prompts' prefill and the scores of 300
-    // tokens run GEMMs.
-    Result r = run_sessions(model, 0, 5, 12);
+    // 40 sessions: decoding rows run the skinny kernels, and 40 rows of 4,096 logits are enough
+    // to sample on several threads; the prompts' prefill and the scores of 300 tokens run GEMMs.
+    Result r = run_sessions(model, 0, 40, 12);
     const std::vector<int32_t> sequence = prompt(9, 300);
     r.scores.resize(sequence.size());
     EXPECT_EQ(photon_model_score(model, sequence.data(), sequence.size(), r.scores.data()),
