@@ -52,7 +52,8 @@ struct Avx2 : X86Common {
 struct Avx2Int8 {
   // 4 rows x 2 outputs of sums, and per output |q|, q and the scale: 3-4% faster than 3 x 2, 2 x 4
   // or 5 x 2 at 8 and 32 rows (a 2,048 x 2,048 matrix, one thread on a Zen 3).
-  static constexpr int kRows = 4, kOutputs = 2;
+  static constexpr int kRows = 4, kOutputs = 2, kPack = 1;
+  using Single = Avx2Int8;
   using Acc = __m256;
   struct Weight {
     __m256i magnitude, sign;
@@ -63,7 +64,7 @@ struct Avx2Int8 {
     __m256 d;
   };
   static Acc zero() { return _mm256_setzero_ps(); }
-  static Weight weight(const Q8Block* b) {
+  static Weight weight(const Q8Block* b, long) {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->q));
     return {_mm256_abs_epi8(q), q, Avx2::scale(b)};
   }
@@ -75,7 +76,7 @@ struct Avx2Int8 {
     const __m256i quads = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(quads), _mm256_mul_ps(x.d, w.d), acc);
   }
-  static float sum(Acc acc) { return X86Common::sum8(acc); }
+  static float sum(Acc acc, int) { return X86Common::sum8(acc); }
 };
 
 }  // namespace

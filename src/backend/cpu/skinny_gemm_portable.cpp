@@ -69,7 +69,8 @@ struct Portable {
 // The q8_int8 kernel (skinny_int8_tiles.h), fused as the vector kernels are, so that all give the
 // same bits.
 struct PortableInt8 {
-  static constexpr int kRows = 3, kOutputs = 2;
+  static constexpr int kRows = 3, kOutputs = 2, kPack = 1;
+  using Single = PortableInt8;
   struct Acc {
     float v[8];
   };
@@ -80,7 +81,7 @@ struct PortableInt8 {
   using Weight = Block;
   using Act = Block;
   static Acc zero() { return Acc{}; }
-  static Weight weight(const Q8Block* b) { return {b->q, bf16_to_f32(b->scale)}; }
+  static Weight weight(const Q8Block* b, long) { return {b->q, bf16_to_f32(b->scale)}; }
   static Act act(const int8_t* q, const float* d) { return {q, *d}; }
   static void step(Acc& acc, const Act& x, const Weight& w) {
     const float d = x.d * w.d;
@@ -90,7 +91,7 @@ struct PortableInt8 {
       acc.v[m] = std::fma(static_cast<float>(t), d, acc.v[m]);
     }
   }
-  static float sum(const Acc& acc) {
+  static float sum(const Acc& acc, int) {
     float s[4];
     for (int l = 0; l < 4; ++l) s[l] = acc.v[l] + acc.v[l + 4];
     return (s[0] + s[2]) + (s[1] + s[3]);
