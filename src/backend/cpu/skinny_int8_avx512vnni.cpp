@@ -25,7 +25,7 @@ namespace {
 //
 // One output: 256-bit vectors, one q8 block per vector (the eight lane sums are one vector).
 struct Vnni256 {
-  static constexpr int kRows = 8, kOutputs = 1, kPack = 1;
+  static constexpr int kRows = 8, kPack = 1;
   using Single = Vnni256;
   using Acc = __m256;
   struct Weight {

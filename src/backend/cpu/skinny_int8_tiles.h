@@ -9,7 +9,8 @@
 //   V::sum(acc, k)              output k's (a[m] + a[m + 4]), + 2, + 1
 //   V::kRows, V::kOutputs       the tile of rows x outputs computed together (kOutputs a multiple
 //                               of kPack)
-//   V::Single                   the traits of one output per vector, for the outputs left over
+//   V::Single                   the traits of one output per vector (kPack 1), for the outputs
+//                               left over: their kRows rows at a time
 // Each kernel file includes this with its own traits, in an anonymous namespace.
 #pragma once
 
