@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -101,6 +102,10 @@ class CudaBackend : public Backend {
     ~Lock();
     Lock(const Lock&) = delete;
     Lock& operator=(const Lock&) = delete;
+    // For the profile: the op's rows, then its other dimensions.
+    void shape(std::initializer_list<int64_t> dims) {
+      if (profiler_) profiler_->shape(dims);
+    }
 
    private:
     std::lock_guard<std::recursive_mutex> guard_;

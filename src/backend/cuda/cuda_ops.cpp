@@ -65,6 +65,7 @@ void CudaBackend::do_linear(const Tensor& x, const Tensor& w, const Tensor* bias
                             bool accumulate) {
   if (x.rows == 0 || w.rows == 0) return;
   Lock lock(*this, "linear");
+  lock.shape({x.rows, w.rows, w.cols});
   const WeightMatrix weights = matrix(w);
   reserve_scratch(gemm_->scratch_bytes(as_int(x.rows), weights), 2);
   gemm_->linear(f32(x), as_int(x.rows), weights, bias ? f32(*bias) : nullptr, f32(y), accumulate,
@@ -81,6 +82,9 @@ void CudaBackend::do_linear_group(const Tensor& x, std::span<const LinearOut> ou
     products.push_back({matrix(o.w), f32(o.y), o.accumulate});
   }
   if (products.empty()) return;
+  int64_t outputs = 0;
+  for (const Product& p : products) outputs += p.w.out;
+  lock.shape({x.rows, outputs, x.cols});
   reserve_scratch(gemm_->scratch_bytes(as_int(x.rows), products), 2);
   gemm_->linear_group(f32(x), as_int(x.rows), products, scratch_, stream());
 }
@@ -157,6 +161,7 @@ void CudaBackend::do_kv_append(const Tensor& k, const Tensor& v,
 void CudaBackend::do_attention(const Tensor& q, const AttentionShape& shape,
                                std::span<const AttentionSegment> segments, const Tensor& out) {
   Lock lock(*this, "attention");
+  lock.shape({q.rows, static_cast<int64_t>(segments.size())});
   for (const DType kv_dtype : kv_types(segments)) {
     const std::vector<DeviceSegment> segs = device_segments(segments, kv_dtype);
     if (!segs.empty()) attention_of_type(q, shape, kv_dtype, segs, out);

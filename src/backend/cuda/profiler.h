@@ -3,12 +3,15 @@
 // device time (CUDA events around its work on the stream), with the wall time from the first op
 // to the last. Printed to stderr when the backend goes away. Wall time that is neither host time
 // in ops nor device time is the engine's own host work between ops; host time far above device
-// time means launches, not kernels, set the pace.
+// time means launches, not kernels, set the pace. Ops that give their shape are counted per shape
+// (their rows rounded up to a power of two), so that a report says which products take the time.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,12 +30,14 @@ class Profiler {
 
   // Around one op on `stream`; nested ops count towards the outermost.
   void begin(const char* op, cudaStream_t stream);
+  // The outermost op's shape: its rows, then its other dimensions.
+  void shape(std::initializer_list<int64_t> dims);
   void end(cudaStream_t stream);
 
  private:
   using Clock = std::chrono::steady_clock;
   struct Pending {
-    const char* op;
+    std::string key;
     cudaEvent_t start, stop;
   };
   struct Totals {
@@ -45,7 +50,7 @@ class Profiler {
 
   std::string name_;
   int depth_ = 0;
-  const char* op_ = nullptr;
+  std::string key_;
   Clock::time_point op_start_, first_, last_;
   bool started_ = false;
   std::vector<Pending> pending_;
