@@ -23,24 +23,25 @@ void encode_units(const Model& model, int level, std::span<const EncodeJob> jobs
   for (const EncodeJob& j : jobs) units += j.units;
   if (units == 0) return;
   // a_u = chunker(concat of children): the children of a unit are consecutive rows, so the concat
-  // is the same memory read as a [units, C D_{l-1}] matrix.
+  // is the same memory read as a [units, C D_{l-1}] matrix. Every job's units are gathered into one
+  // matrix, so that a linear chunker normalises and projects them in one op each (RecGen's sessions
+  // close a unit each at the same step).
   const Tensor x = scratch.rows.get(b, units, d);  // [units, D_l]
+  const bool concat = lc.chunker == ChunkerKind::Concat;
+  const Tensor chunk = concat ? x : scratch.chunk.get(b, units, width);  // [units, C D_{l-1}]
   std::vector<RowCopy> copies;
   std::vector<StackSegment> segments;
   int row = 0;
   for (const EncodeJob& j : jobs) {
-    const Tensor a = j.children.view(j.units, width);  // [units, C D_{l-1}]
-    if (lc.chunker == ChunkerKind::Concat) {
-      copies.push_back({x.slice(row, j.units), a});
-    } else {
-      const Tensor chunk = scratch.chunk.get(b, j.units, width);
-      b.rmsnorm(a, lw.chunker_norm, chunk, c.norm_eps);
-      b.linear(chunk, lw.chunker_w, &lw.chunker_b, x.slice(row, j.units), false);
-    }
+    copies.push_back({chunk.slice(row, j.units), j.children.view(j.units, width)});
     segments.push_back({j.cache, j.units});
     row += j.units;
   }
   b.copy_rows(copies);
+  if (!concat) {
+    b.rmsnorm(chunk, lw.chunker_norm, chunk, c.norm_eps);
+    b.linear(chunk, lw.chunker_w, &lw.chunker_b, x, false);
+  }
   stack_forward(b, lw.encoder, c.norm_eps, c.rope_theta, x, segments, scratch.stack);
   copies.clear();
   row = 0;
