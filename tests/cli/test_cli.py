@@ -860,6 +860,7 @@ def group_bench():
         check(r["study"] == "throughput" and r["batch"] == 2 and r["batch_rule"] == "fixed", what)
         check(r["prompt_tokens"] == prompt and r["generated_tokens"] == generated, what)
         check(r["tokens_generated"] == 2 * generated, what + ": EOS is ignored")
+        check(r["warm_up_tokens"] == 0, what + ": no warm-up run on the CPU")
         check(r["wall_s"] >= r["decode_s"] > 0 and r["prefill_s"] > 0, what + ": times")
         check(abs(r["throughput_tok_s"] - r["tokens_generated"] / r["wall_s"]) <=
               1e-6 * r["throughput_tok_s"], what + ": throughput includes prefill")
