@@ -41,7 +41,7 @@ void attention_launch(const float* q, const AttentionShape& shape, DType kv_dtyp
 
 // ---- tiled (flash-style) kernel for long segments: prefill ----
 // A block takes a tile of kAttentionTileRows query rows of one segment for one query head, and
-// walks the keys in tiles of 32 that it loads into shared memory once for all its rows, with an
+// walks the keys in tiles of 64 that it loads into shared memory once for all its rows, with an
 // online softmax per row: each cached key is read once per tile of rows instead of once per row.
 // f32 arithmetic throughout, like the row kernel. Needs head_dim % 4 == 0 and head_dim <=
 // kMaxTiledHeadDim (attention_tiled_supports).

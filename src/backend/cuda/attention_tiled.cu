@@ -10,36 +10,48 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRowsPerWarp = kAttentionTileRows / kWarps;
-constexpr int kTileKeys = 32;  // one key per lane
-// Floats after each Q and K row in shared memory: rows stay 16-byte aligned, and the lanes of a
-// quarter-warp reading the same column of 8 different K rows fall in different banks.
-constexpr int kPad = 4;
+constexpr int kKeysPerLane = 2;
+constexpr int kTileKeys = 32 * kKeysPerLane;
 constexpr size_t kDefaultSharedLimit = 48 << 10;
 
+// Floats per Q and K row in shared memory: a multiple of 32 plus 4, so that rows stay 16-byte
+// aligned and the eight lanes of a 16-byte load reading the same column of 8 different K rows fall
+// in different banks.
+__host__ __device__ inline int padded_stride(int head_dim) {
+  return (head_dim + 31) / 32 * 32 + 4;
+}
+
 size_t shared_bytes(int head_dim) {
-  const size_t padded = static_cast<size_t>(kAttentionTileRows + kTileKeys) * (head_dim + kPad);
-  return sizeof(float) * (padded + static_cast<size_t>(kTileKeys) * head_dim);
+  const size_t padded =
+      static_cast<size_t>(kAttentionTileRows + kTileKeys) * padded_stride(head_dim);
+  return sizeof(float) * (padded + static_cast<size_t>(kTileKeys) * head_dim +
+                          static_cast<size_t>(kAttentionTileRows) * kTileKeys);
 }
 
 // grid (tiles, heads); kThreads threads. Warp w owns rows w * kRowsPerWarp .. + kRowsPerWarp - 1
-// of the tile; per key tile, lane j scores key base + j against those rows, then every lane
-// accumulates the dimensions lane, lane + 32, ... (kDims of them) of each row's output.
-// Shared memory: Q [kAttentionTileRows][head_dim + kPad], K [kTileKeys][head_dim + kPad],
-// V [kTileKeys][head_dim], all f32.
+// of the tile; per key tile, lane j scores keys base + j and base + 32 + j against those rows and
+// writes their weights to the warp's rows of P, then every lane accumulates the dimensions lane,
+// lane + 32, ... (kDims of them) of each row's output over the tile's keys in order, four weights
+// of a row read at once. Two keys per lane and P in shared memory keep the loads and shuffles
+// below the multiply-adds.
+// Shared memory: Q [kAttentionTileRows][stride], K [kTileKeys][stride], V [kTileKeys][head_dim],
+// P [kAttentionTileRows][kTileKeys], all f32.
 template <class KV, int kDims>
 __global__ void __launch_bounds__(kThreads)
     attention_tiled_kernel(const float* q, int heads, int kv_heads, int head_dim,
                            const DeviceSegment* segments, const AttentionTile* tiles, float* out) {
   extern __shared__ float4 shared_memory[];
-  const int stride = head_dim + kPad;
+  const int stride = padded_stride(head_dim);
   float* qs = reinterpret_cast<float*>(shared_memory);
   float* ks = qs + kAttentionTileRows * stride;
   float* vs = ks + kTileKeys * stride;
+  float* ps = vs + kTileKeys * head_dim;
 
   const AttentionTile tile = tiles[blockIdx.x];
   const DeviceSegment seg = segments[tile.segment];
   const int head = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float* warp_p = ps + warp * kRowsPerWarp * kTileKeys;
   const int rows = min(kAttentionTileRows, seg.rows - tile.first);
   const int kv_dim = kv_heads * head_dim;
   const size_t kv_offset = static_cast<size_t>(head / (heads / kv_heads)) * head_dim;
@@ -67,7 +79,7 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int base = 0; base < keys; base += kTileKeys) {
     const int count = min(kTileKeys, keys - base);
-    __syncthreads();  // Q is in place (first tile); nobody reads the previous K, V tile any more
+    __syncthreads();  // Q is in place (first tile); nobody reads the previous K, V, P tile any more
     for (int e = threadIdx.x; e < kTileKeys * head_dim; e += kThreads) {
       const int j = e / head_dim, d = e - j * head_dim;
       float key = 0.0f, value = 0.0f;
@@ -81,47 +93,72 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
 
-    float p[kRowsPerWarp];
+    float p[kKeysPerLane][kRowsPerWarp];
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) p[r] = 0.0f;
-    const float* key_row = ks + lane * stride;
+    for (int c = 0; c < kKeysPerLane; ++c)
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) p[c][r] = 0.0f;
     for (int d = 0; d < head_dim; d += 4) {
-      const float4 kk = *reinterpret_cast<const float4*>(key_row + d);
+      float4 kk[kKeysPerLane];
+#pragma unroll
+      for (int c = 0; c < kKeysPerLane; ++c)
+        kk[c] = *reinterpret_cast<const float4*>(ks + (lane + 32 * c) * stride + d);
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
         const float4 qq =
             *reinterpret_cast<const float4*>(qs + (warp * kRowsPerWarp + r) * stride + d);
-        p[r] += qq.x * kk.x + qq.y * kk.y + qq.z * kk.z + qq.w * kk.w;
+#pragma unroll
+        for (int c = 0; c < kKeysPerLane; ++c)
+          p[c][r] += qq.x * kk[c].x + qq.y * kk[c].y + qq.z * kk[c].z + qq.w * kk[c].w;
       }
     }
     // Online softmax per row, as the row kernel: the tile's maximum joins the running one and the
-    // earlier sum and output are rescaled to it.
-    const int key = base + lane;
+    // earlier sum and output are rescaled to it. Keys the row may not see weigh 0.
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
       const int last = first_position + warp * kRowsPerWarp + r;  // the row's own position
-      const bool valid = lane < count && key <= last;
-      const float score = valid ? p[r] * scale : -INFINITY;
-      const float new_max = fmaxf(running_max[r], warp_max(score));  // finite: key 0 is seen
-      p[r] = valid ? expf(score - new_max) : 0.0f;
+      float score[kKeysPerLane], tile_max = -INFINITY;
+#pragma unroll
+      for (int c = 0; c < kKeysPerLane; ++c) {
+        const int j = lane + 32 * c;
+        score[c] = j < count && base + j <= last ? p[c][r] * scale : -INFINITY;
+        tile_max = fmaxf(tile_max, score[c]);
+      }
+      const float new_max = fmaxf(running_max[r], warp_max(tile_max));  // finite: key 0 is seen
+      float weights = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kKeysPerLane; ++c) {
+        const float w = score[c] == -INFINITY ? 0.0f : expf(score[c] - new_max);
+        warp_p[r * kTileKeys + lane + 32 * c] = w;
+        weights += w;
+      }
       const float rescale = expf(running_max[r] - new_max);  // 0 on the first tile
-      sum[r] = sum[r] * rescale + warp_sum(p[r]);
+      sum[r] = sum[r] * rescale + warp_sum(weights);
 #pragma unroll
       for (int i = 0; i < kDims; ++i) acc[r][i] *= rescale;
       running_max[r] = new_max;
     }
-    for (int j = 0; j < count; ++j) {
-      float value[kDims];
+    __syncwarp();  // the warp's P is written
+    // Keys past count weigh 0 and their values are 0: four keys at a time up to the tile's end.
+    for (int j = 0; j < count; j += 4) {
+      float value[4][kDims];
 #pragma unroll
-      for (int i = 0; i < kDims; ++i) {
-        const int d = lane + 32 * i;
-        value[i] = d < head_dim ? vs[j * head_dim + d] : 0.0f;
-      }
+      for (int t = 0; t < 4; ++t)
+#pragma unroll
+        for (int i = 0; i < kDims; ++i) {
+          const int d = lane + 32 * i;
+          value[t][i] = d < head_dim ? vs[(j + t) * head_dim + d] : 0.0f;
+        }
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
-        const float weight = __shfl_sync(kFullMask, p[r], j);
+        const float4 w = *reinterpret_cast<const float4*>(warp_p + r * kTileKeys + j);
 #pragma unroll
-        for (int i = 0; i < kDims; ++i) acc[r][i] += weight * value[i];
+        for (int i = 0; i < kDims; ++i) {
+          acc[r][i] += w.x * value[0][i];
+          acc[r][i] += w.y * value[1][i];
+          acc[r][i] += w.z * value[2][i];
+          acc[r][i] += w.w * value[3][i];
+        }
       }
     }
   }

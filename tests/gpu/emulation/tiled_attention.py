@@ -1,27 +1,32 @@
 #!/usr/bin/env python3
 """Host emulation of attention_tiled_kernel (src/backend/cuda/attention_tiled.cu), for machines
-without a GPU: the kernel's loops transcribed line by line (blocks, warps of 32 lanes, the padded
-shared-memory layout, the key-tile loop with its causal masks and online softmax, shuffles read as
-array elements), run on random segments and compared with causal attention in float64, with the
+without a GPU: the kernel's loops transcribed line by line (blocks, warps of 32 lanes with two keys each, the
+padded shared-memory layout, the key-tile loop with its causal masks and online softmax, the warps'
+weights through shared memory, read four keys at a time), run on random segments and compared with causal attention in float64, with the
 rows that no tile covers checked untouched (NaN). It checks the indexing and the arithmetic, not
 the CUDA code itself: keep it in step with the kernel.
 
-usage: /usr/bin/python3 tests/gpu/emulation/tiled_attention.py   (numpy; about a minute)
+usage: /usr/bin/python3 tests/gpu/emulation/tiled_attention.py   (numpy; seconds)
 """
 import sys
 
 import numpy as np
-TILE_ROWS, TILE_KEYS, WARPS, PAD = 32, 32, 4, 4
+TILE_ROWS, WARPS, KEYS_PER_LANE = 32, 4, 2
+TILE_KEYS = 32 * KEYS_PER_LANE
 ROWS_PER_WARP = TILE_ROWS // WARPS
+
+def padded_stride(head_dim):
+    return (head_dim + 31) // 32 * 32 + 4
 
 def kernel(q, heads, kv_heads, head_dim, segs, tiles, out, kdims):
     for bx, (si, first) in enumerate(tiles):
         row0, nrows, start, K, V = segs[si]
         for head in range(heads):
-            stride = head_dim + PAD
+            stride = padded_stride(head_dim)
             qs = np.full(TILE_ROWS * stride, np.nan, np.float32)
             ks = np.full(TILE_KEYS * stride, np.nan, np.float32)
             vs = np.full(TILE_KEYS * head_dim, np.nan, np.float32)
+            ps = np.full(TILE_ROWS * TILE_KEYS, np.nan, np.float32)
             rows = min(TILE_ROWS, nrows - first)
             kv_dim = kv_heads * head_dim
             kv_off = (head // (heads // kv_heads)) * head_dim
@@ -47,18 +52,20 @@ def kernel(q, heads, kv_heads, head_dim, segs, tiles, out, kdims):
                     ks[j * stride + d] = kk
                     vs[j * head_dim + d] = vv
                 for w in range(WARPS):
-                    p = np.zeros((ROWS_PER_WARP, 32), np.float32)
+                    p = np.zeros((ROWS_PER_WARP, TILE_KEYS), np.float32)  # [r, lane + 32 c]
                     for lane in range(32):
-                        kr = lane * stride
-                        for d in range(0, head_dim, 4):
-                            kk = ks[kr + d: kr + d + 4]
-                            for r in range(ROWS_PER_WARP):
-                                qq = qs[(w * ROWS_PER_WARP + r) * stride + d:(w * ROWS_PER_WARP + r) * stride + d + 4]
-                                p[r, lane] += np.float32(np.dot(qq, kk))
+                        for c in range(KEYS_PER_LANE):
+                            kr = (lane + 32 * c) * stride
+                            for d in range(0, head_dim, 4):
+                                kk = ks[kr + d: kr + d + 4]
+                                for r in range(ROWS_PER_WARP):
+                                    qr = (w * ROWS_PER_WARP + r) * stride + d
+                                    p[r, lane + 32 * c] += np.float32(np.dot(qs[qr:qr + 4], kk))
+                    warp_p = (w * ROWS_PER_WARP) * TILE_KEYS
                     for r in range(ROWS_PER_WARP):
                         last = first_pos + w * ROWS_PER_WARP + r
-                        lanes = np.arange(32)
-                        valid = (lanes < count) & (base + lanes <= last)
+                        j = np.arange(TILE_KEYS)
+                        valid = (j < count) & (base + j <= last)
                         score = np.where(valid, p[r] * scale, -np.inf).astype(np.float32)
                         new_max = max(rmax[w, r], score.max())
                         assert np.isfinite(new_max)
@@ -67,14 +74,16 @@ def kernel(q, heads, kv_heads, head_dim, segs, tiles, out, kdims):
                         ssum[w, r] = ssum[w, r] * rescale + pr.sum()
                         acc[w, r] *= rescale
                         rmax[w, r] = new_max
-                        p[r] = pr
-                    for j in range(count):
+                        ps[warp_p + r * TILE_KEYS: warp_p + (r + 1) * TILE_KEYS] = pr
+                    for j in range(0, count, 4):
                         for i in range(kdims):
                             for lane in range(32):
                                 d = lane + 32 * i
-                                val = vs[j * head_dim + d] if d < head_dim else 0.0
-                                for r in range(ROWS_PER_WARP):
-                                    acc[w, r, i, lane] += p[r, j] * val
+                                for t in range(4):
+                                    val = vs[(j + t) * head_dim + d] if d < head_dim else 0.0
+                                    for r in range(ROWS_PER_WARP):
+                                        weight = ps[warp_p + r * TILE_KEYS + j + t]
+                                        acc[w, r, i, lane] += weight * val
                 base += TILE_KEYS
             for w in range(WARPS):
                 for r in range(ROWS_PER_WARP):
@@ -103,7 +112,9 @@ def reference(q, heads, kv_heads, head_dim, seg, row):
     return out
 
 rng = np.random.default_rng(1)
-for heads, kv_heads, head_dim, specs in [(4, 2, 8, [(40, 0), (3, 2), (45, 37)]), (2, 1, 36, [(33, 5), (16, 16)])]:
+for heads, kv_heads, head_dim, specs in [(4, 2, 8, [(40, 0), (3, 2), (45, 37)]),
+                                         (2, 1, 36, [(33, 5), (16, 16)]),
+                                         (2, 2, 52, [(40, 101), (19, 0)])]:
     kdims = 1 if head_dim <= 32 else 2 if head_dim <= 64 else 4
     kv_dim = kv_heads * head_dim
     segs, tiles, longs = [], [], []
