@@ -10,8 +10,8 @@
 
 namespace photon {
 
-void HierGenState::allocate(const Model& model, std::span<const int> encoder_capacity,
-                            DType kv_type) {
+void HierGenState::allocate_encoders(const Model& model, std::span<const int> encoder_capacity,
+                                     std::span<const int> first_units, DType kv_type) {
   const ModelConfig& c = model.config();
   Backend& b = model.backend();
   const int L = c.num_levels();
@@ -20,13 +20,25 @@ void HierGenState::allocate(const Model& model, std::span<const int> encoder_cap
   for (int l = 1; l <= L; ++l) {
     HierLevel& lv = level(l);
     const StackConfig& enc = c.level(l).encoder;
-    lv.encoder.allocate(b, enc.layers, encoder_capacity[l - 1], enc.kv_dim(), kv_type);
+    const int first = first_units.empty() ? KvCache::kFirstPositions : first_units[l - 1];
+    lv.encoder.allocate(b, enc.layers, encoder_capacity[l - 1], enc.kv_dim(), kv_type, first);
     lv.pending = zero_matrix(b, c.level(l).chunk_len, c.latent_dim(l - 1), "pending children");
-    allocate_window(model, l, &lv.window, kv_type);
   }
   top_last = zero_matrix(b, 1, c.latent_dim(L), "top-level state");
   has_top = false;
   pos = 0;
+}
+
+void HierGenState::allocate(const Model& model, std::span<const int> encoder_capacity,
+                            DType kv_type) {
+  allocate_encoders(model, encoder_capacity, {}, kv_type);
+  for (int l = 1; l <= model.config().num_levels(); ++l)
+    allocate_window(model, l, &level(l).window, kv_type);
+}
+
+void HierGenState::allocate_for_prompt(const Model& model, std::span<const int> encoder_capacity,
+                                       std::span<const int> encoder_units, DType kv_type) {
+  allocate_encoders(model, encoder_capacity, encoder_units, kv_type);
 }
 
 Tensor top_conditioner(const Model& model, const HierGenState& st) {

@@ -188,10 +188,11 @@ class RecGenRunner final : public Runner {
       prompts[i] = sessions[i]->history;
       prompts[i].insert(prompts[i].end(), tokens[i].begin(), tokens[i].end());
       const int64_t length = static_cast<int64_t>(prompts[i].size());
-      std::vector<int> caps;
-      for (int l = 1; l < L; ++l) caps.push_back(static_cast<int>(length / c.block_tokens(l)));
+      std::vector<int> caps, units;
+      for (int l = 1; l <= L; ++l) units.push_back(static_cast<int>(length / c.block_tokens(l)));
+      caps.assign(units.begin(), units.end() - 1);
       caps.push_back(sessions[i]->as<RecGenState>().top.capacity);
-      states[i].allocate(model_, caps, sessions[i]->kv_type);
+      states[i].allocate_for_prompt(model_, caps, units, sessions[i]->kv_type);
     }
     const std::vector<std::span<const int32_t>> whole(prompts.begin(), prompts.end());
     std::vector<AppendJob> jobs;
