@@ -41,6 +41,12 @@ for await (const chunk of chatStream) {
 }
 out.chat_stream = streamed;
 
+// Two choices, each sampled with its own seed (seed, seed + 1).
+const two = await client.chat.completions.create({
+  model, messages, max_tokens: 8, temperature: 0.9, seed: 11, n: 2,
+});
+out.chat_choices = two.choices.map((c) => ({ index: c.index, text: c.message.content }));
+
 // Errors arrive as the client's error classes with their status.
 async function failure(call) {
   try {
@@ -54,6 +60,6 @@ const badKey = new OpenAI({ baseURL, apiKey: 'wrong', maxRetries: 0 });
 out.errors = {
   bad_key: await failure(() => badKey.completions.create({ model, prompt, max_tokens: 1 })),
   bad_model: await failure(() => client.completions.create({ model: 'gpt-4o', prompt, max_tokens: 1 })),
-  bad_n: await failure(() => client.chat.completions.create({ model, messages, n: 2 })),
+  bad_n: await failure(() => client.chat.completions.create({ model, messages, n: 17 })),
 };
 console.log(JSON.stringify(out));

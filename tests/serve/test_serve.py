@@ -518,6 +518,56 @@ def raw_exchange(server, data, seconds=10):
         sock.close()
 
 
+def group_choices():
+    """n choices: each the sampling of photon generate with the seeds seed, seed + 1, ...; streamed
+    by index, each with its own finish; refused with a conversation or beyond 16."""
+    prompt = "In the beginning God created"
+    sampling = {"temperature": 0.9, "top_k": 40, "seed": 7, "ignore_eos": True}
+    refs = [generate(KJV, "-p", prompt, "-n", 12, "--temperature", 0.9, "--top-k", 40,
+                     "--seed", 7 + i, "--ignore-eos")[1]["tokens"] for i in range(3)]
+    check(len({tuple(r) for r in refs}) > 1, "the three seeds draw different tokens")
+    with start(KJV, "--store", os.path.join(WORK, "choices-store")) as s:
+        status, _, out = s.post("/v1/completions", dict(model=KJV, prompt=prompt, max_tokens=12, n=3,
+                                                        return_token_ids=True, **sampling))
+        if check(status == 200 and len(out.get("choices", [])) == 3, "n=3 -> 3 choices: %s" % out):
+            for i, choice in enumerate(out["choices"]):
+                check(choice["index"] == i and choice["token_ids"] == refs[i],
+                      "choice %d = generate --seed %d: %s vs %s" % (i, 7 + i, choice["token_ids"], refs[i]))
+            check(out["usage"]["completion_tokens"] == 36 and out["usage"]["total_tokens"]
+                  == out["usage"]["prompt_tokens"] + 36, "usage sums the choices: %s" % out["usage"])
+        status, _, events, _ = s.stream("/v1/completions", dict(
+            model=KJV, prompt=prompt, max_tokens=12, n=2, stream=True, return_token_ids=True,
+            stream_options={"include_usage": True}, **sampling))
+        check(status == 200 and events and events[-1] == "[DONE]", "n=2 stream ends with [DONE]")
+        chunks = [e for e in events if e != "[DONE]"]
+        check(chunks and chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 24,
+              "the usage chunk sums both choices: %s" % chunks[-1:])
+        by_index = {}
+        for c in chunks[:-1]:
+            check(len(c["choices"]) == 1, "one choice per chunk: %s" % c)
+            by_index.setdefault(c["choices"][0]["index"], []).append(c["choices"][0])
+        check(sorted(by_index) == [0, 1], "chunks of choices 0 and 1: %s" % sorted(by_index))
+        for i, parts in by_index.items():
+            tokens = [t for p in parts for t in p.get("token_ids", [])]
+            finishes = [p["finish_reason"] for p in parts if p["finish_reason"] is not None]
+            check(tokens == refs[i], "streamed choice %d = generate --seed %d" % (i, 7 + i))
+            check(finishes == ["length"] and parts[-1]["finish_reason"] == "length",
+                  "choice %d ends once, with its last chunk: %s" % (i, finishes))
+        messages = [{"role": "user", "content": "Who made the heaven and the earth?"}]
+        status, _, out = s.post("/v1/chat/completions", dict(model=KJV, messages=messages,
+                                                             max_tokens=8, n=2, **sampling))
+        check(status == 200 and [c["index"] for c in out.get("choices", [])] == [0, 1]
+              and all(c["message"]["role"] == "assistant" for c in out["choices"]),
+              "chat n=2: %s" % out)
+        status, _, out = s.post("/v1/completions", dict(model=KJV, prompt=prompt, max_tokens=4, n=2,
+                                                        best_of=2))
+        check(status == 200 and len(out.get("choices", [])) == 2, "best_of equal to n: %s" % out)
+        status, _, out = s.post("/v1/completions", dict(model=KJV, prompt=prompt, max_tokens=4, n=2),
+                                {"X-Conversation-Id": "two-choices"})
+        check(status == 400 and out.get("error", {}).get("param") == "n",
+              "n=2 with a conversation -> 400 naming n: %s" % out)
+
+
 def group_errors():
     """Every bad request gets its 4xx with a message, and the server keeps serving."""
     key = "secret-key-1"
@@ -549,7 +599,8 @@ def group_errors():
         expect_error(status, out, 400, "not valid JSON", what="an empty body")
         for field, value, param in [("max_tokens", "4", "max_tokens"), ("temperature", "hot", "temperature"),
                                     ("stream", 1, "stream"), ("stop", 7, "stop"), ("seed", 1.5, "seed"),
-                                    ("n", 2, "n"), ("logprobs", 3, "logprobs"), ("echo", True, "echo"),
+                                    ("n", 17, "n"), ("n", 0, "n"), ("best_of", 3, "best_of"),
+                                    ("logprobs", 3, "logprobs"), ("echo", True, "echo"),
                                     ("tools", [{"type": "function"}], "tools"),
                                     ("logit_bias", {"5": 1}, "logit_bias"),
                                     ("presence_penalty", 0.5, "presence_penalty"),
@@ -1030,7 +1081,7 @@ def soak(seconds, seed=1):
             if kind < 0.1:  # a bad request: must get its 4xx
                 body = rng.choice([b"{", b'{"model": "photon-kjv", "prompt": 5}',
                                    json.dumps({"model": "other", "prompt": "x"}).encode(),
-                                   json.dumps({"model": KJV, "prompt": "x", "n": 3}).encode()])
+                                   json.dumps({"model": KJV, "prompt": "x", "n": 99}).encode()])
                 status, _, _ = s.request("POST", "/v1/completions", body)
                 return "expected-4xx" if 400 <= status < 500 else "failed:%d" % status
             body = {"model": KJV, "max_tokens": n, "temperature": rng.choice([0, 0.7, 1.0]),
@@ -1159,13 +1210,18 @@ def group_openai_node():
           and got["chat_stream"]["finish_reason"] in ("stop", "length")
           and got["chat_stream"]["usage"]["completion_tokens"] == len(chat_ref["tokens"]),
           "chat.completions.create stream: %s" % got["chat_stream"])
+    rendered = render_transcript(messages)
+    choices = [cut_at_stop(generate(KJV, "-p", rendered, "-n", 8, "--temperature", 0.9, "--seed", 11 + i,
+                                    "--stop", TRANSCRIPT_STOP)[0], [TRANSCRIPT_STOP]) for i in range(2)]
+    check(got["chat_choices"] == [{"index": i, "text": choices[i]} for i in range(2)],
+          "chat.completions.create n=2: %s vs %s" % (got["chat_choices"], choices))
     check(got["errors"] == {"bad_key": ["AuthenticationError", 401], "bad_model": ["NotFoundError", 404],
                             "bad_n": ["BadRequestError", 400]}, "errors as the client's classes: %s" % got["errors"])
 
 
 GROUPS = {
     "setup": group_setup, "usage": group_usage, "api": group_api, "errors": group_errors,
-    "busy": group_busy, "many": group_many, "equality": group_equality, "conversation": group_conversation,
+    "busy": group_busy, "choices": group_choices, "many": group_many, "equality": group_equality, "conversation": group_conversation,
     "disconnect": group_disconnect, "shutdown": group_shutdown, "soak": group_soak,
     "node_setup": group_node_setup, "openai_node": group_openai_node,
 }

@@ -153,6 +153,22 @@ TEST(ServeRequest, ReadsEveryFieldOfACompletion) {
   EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.1f);
 }
 
+TEST(ServeRequest, ChoicesUpToSixteen) {
+  EXPECT_EQ(parse_generation_request(Endpoint::Completions, R"({"model":"m","prompt":"x"})").n, 1);
+  EXPECT_EQ(
+      parse_generation_request(Endpoint::Completions, R"({"model":"m","prompt":"x","n":16})").n,
+      16);
+  EXPECT_EQ(parse_generation_request(Endpoint::Completions,
+                                     R"({"model":"m","prompt":"x","n":3,"best_of":3})")
+                .n,
+            3);
+  EXPECT_EQ(parse_generation_request(Endpoint::ChatCompletions,
+                                     R"({"model":"m","messages":[{"role":"user","content":"x"}],)"
+                                     R"("n":2})")
+                .n,
+            2);
+}
+
 TEST(ServeRequest, PromptsAsTextTokensOrOneOfEach) {
   EXPECT_EQ(parse_generation_request(Endpoint::Completions, R"({"model":"m","prompt":[1,5,9]})")
                 .prompt_tokens,
@@ -222,8 +238,11 @@ TEST(ServeRequest, WrongTypesAndRangesNameTheField) {
       {R"("stream":"yes")", "stream"},
       {R"("stream_options":{"include_usage":true})", "stream_options"},
       {R"("logprobs":2)", "logprobs"},
-      {R"("n":2)", "n"},
+      {R"("n":0)", "n"},
+      {R"("n":17)", "n"},
+      {R"("n":1.5)", "n"},
       {R"("best_of":3)", "best_of"},
+      {R"("n":2,"best_of":3)", "best_of"},
       {R"("echo":true)", "echo"},
       {R"("suffix":"end")", "suffix"},
       {R"("tools":[{"type":"function"}])", "tools"},

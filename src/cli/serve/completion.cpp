@@ -60,8 +60,26 @@ void require_ok(photon_status status, const char* what) {
     throw ApiError(500, std::string(what) + ": " + photon_last_error(), "server_error");
 }
 
-class Completion final : public GenerationObserver,
-                         public std::enable_shared_from_this<Completion> {
+class Completion;
+
+// Tells the completion which of its choices a generation's tokens and end belong to.
+class ChoiceObserver final : public GenerationObserver {
+ public:
+  ChoiceObserver(std::shared_ptr<Completion> completion, size_t index)
+      : completion_(std::move(completion)), index_(index) {}
+  void on_tokens(std::vector<GeneratedToken>& tokens) override;
+  void on_finished() override;
+
+ private:
+  std::shared_ptr<Completion> completion_;
+  size_t index_;
+};
+
+// One request of the API: its `n` choices each run as an engine request of their own, with the
+// seeds seed, seed + 1, ...; the reply lists them by index.
+class Completion final : public std::enable_shared_from_this<Completion> {
+  struct Choice;
+
  public:
   Completion(ServerContext& context, Endpoint endpoint, HttpRequest request,
              std::shared_ptr<Exchange> exchange)
@@ -70,8 +88,7 @@ class Completion final : public GenerationObserver,
         http_(std::move(request)),
         exchange_(std::move(exchange)),
         request_id_(ctx_.fresh_id()),
-        created_(static_cast<int64_t>(std::time(nullptr))),
-        text_(std::vector<std::string>{}) {
+        created_(static_cast<int64_t>(std::time(nullptr))) {
     // The client's id when it is as plain as a conversation id (it is echoed in a header).
     if (const std::string* given = http_.header("x-request-id");
         given && valid_conversation_id(*given))
@@ -94,31 +111,35 @@ class Completion final : public GenerationObserver,
     }
   }
 
-  void on_tokens(std::vector<GeneratedToken>& tokens) override {
+  void on_tokens(size_t index, std::vector<GeneratedToken>& tokens) {
+    Choice& c = choices_[index];
     std::string out;
     for (GeneratedToken& t : tokens) {
-      const size_t offset = text_.generated().size();
-      const std::string_view text = text_.append(t.piece);
-      ids_.push_back(t.id);
+      const size_t offset = c.text.generated().size();
+      const std::string_view text = c.text.append(t.piece);
+      c.ids.push_back(t.id);
       if (req_.logprobs) {
-        logprobs_.push_back(t.logprob);
-        offsets_.push_back(offset);
-        pieces_.push_back(t.piece);
+        c.logprobs.push_back(t.logprob);
+        c.offsets.push_back(offset);
+        c.pieces.push_back(t.piece);
       }
-      if (streaming_) append_token_chunk(out, t, offset, text);
+      if (streaming_) append_token_chunk(out, c, t, offset, text);
     }
     if (!out.empty() && exchange_) exchange_->send(out);
   }
 
-  void on_finished() override {
-    photon_request* r = generation_->request();
-    const photon_stop_reason reason = photon_request_stop_reason(r);
+  void on_finished(size_t index) {
+    Choice& c = choices_[index];
+    c.ended = true;
+    if (finished_) return;
     if (gone_) return done(kClientClosed);
+    photon_request* r = c.generation->request();
+    const photon_stop_reason reason = photon_request_stop_reason(r);
     if (reason == PHOTON_STOP_ERROR) {
       const photon_status status = photon_request_status(r);
       const std::string message = photon_request_error(r);
       // The stored state could not be continued (another model, damaged): read it all.
-      if (resumed_ && ids_.empty()) {
+      if (resumed_ && c.ids.empty()) {
         state_refused(shared_from_this(), message.c_str());
         return plan_and_submit(false);
       }
@@ -127,12 +148,16 @@ class Completion final : public GenerationObserver,
     if (reason == PHOTON_STOP_CANCELLED)
       return fail(
           ApiError(503, "the server is shutting down", "server_error", "", "shutting_down"));
-    finish_reason_ = finish_reason(reason);
-    std::string rest(text_.finish());
+    c.finish_reason = finish_reason(reason);
+    c.rest = c.text.finish();
+    // A conversation's last chunk waits until its turn is saved.
+    if (streaming_ && !conversation_id_) send_finish_chunk(c);
+    for (const Choice& other : choices_)
+      if (!other.ended) return;
     if (conversation_id_)
-      save_then_reply(std::move(rest));
+      save_then_reply();
     else
-      reply(rest);
+      reply();
   }
 
  private:
@@ -170,7 +195,10 @@ class Completion final : public GenerationObserver,
     } else {
       prompt_text_ = req_.prompt_text;
     }
-    text_ = TextStream(stops_);
+    if (req_.n > 1 && conversation_id_)
+      throw bad_field("n",
+                      "'n' must be 1 with X-Conversation-Id: a conversation continues one "
+                      "choice");
     seed_ = req_.sampling.seed ? *req_.sampling.seed : ctx_.random();
     const char* prefix = endpoint_ == Endpoint::Completions ? "cmpl-" : "chatcmpl-";
     const char* object =
@@ -179,7 +207,9 @@ class Completion final : public GenerationObserver,
     head_base_ = "data: {\"id\":\"" + id_ + "\",\"object\":\"" + object +
                  "\",\"created\":" + std::to_string(created_) + ",\"model\":";
     append_json_string(head_base_, ctx_.model.name);
-    head_ = head_base_ + ",\"choices\":[{\"index\":0,";
+    for (int32_t i = 0; i < req_.n; ++i)
+      choices_.emplace_back(head_base_ + ",\"choices\":[{\"index\":" + std::to_string(i) + ",",
+                            stops_);
   }
 
   // A store that cannot be reached, or a record that cannot be read, is as good as no
@@ -331,27 +361,8 @@ class Completion final : public GenerationObserver,
   }
 
   void submit() {
-    const ServedModel& m = ctx_.model;
-    const Sampling& s = req_.sampling;
-    SessionOptions so;
-    require_ok(photon_session_options_create(&so.o), "cannot create session options");
-    require_ok(photon_session_options_set_mode(so.o, m.mode), "mode");
-    require_ok(photon_session_options_set_kv_type(so.o, m.kv_type), "kv type");
-    require_ok(photon_session_options_set_context_length(so.o, m.context), "context");
-    require_ok(photon_session_options_set_temperature(so.o, s.temperature), "temperature");
-    require_ok(photon_session_options_set_top_k(so.o, s.top_k), "top_k");
-    require_ok(photon_session_options_set_top_p(so.o, s.top_p), "top_p");
-    require_ok(photon_session_options_set_min_p(so.o, s.min_p), "min_p");
-    require_ok(photon_session_options_set_repetition_penalty(so.o, s.repetition_penalty,
-                                                             kRepetitionWindow),
-               "repetition_penalty");
-    require_ok(photon_session_options_set_seed(so.o, seed_), "seed");
-    require_ok(photon_session_options_set_ignore_eos(so.o, s.ignore_eos ? 1 : 0), "ignore_eos");
-    for (const std::string& stop : stops_)
-      require_ok(photon_session_options_add_stop_string(so.o, stop.c_str()), "stop");
     RequestOptions ro;
     require_ok(photon_request_options_create(&ro.o), "cannot create request options");
-    require_ok(photon_request_options_set_session_options(ro.o, so.o), "session options");
     if (!submit_tokens_.empty())
       require_ok(
           photon_request_options_set_prompt(ro.o, submit_tokens_.data(), submit_tokens_.size()),
@@ -361,27 +372,60 @@ class Completion final : public GenerationObserver,
                                                   conversation_->state.size()),
                  "state");
     require_ok(photon_request_options_set_max_tokens(ro.o, max_tokens_), "max_tokens");
-    generation_ = std::make_shared<Generation>(ctx_.io);
-    const photon_status status = generation_->submit(m.engine, ro.o, shared_from_this());
-    if (status != PHOTON_OK) {
-      const std::string message = photon_last_error();
-      generation_.reset();
-      if (resumed_ && status != PHOTON_ERR_BUSY) {
-        state_refused(shared_from_this(), message.c_str());
-        return plan_and_submit(false);
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      Choice& c = choices_[i];
+      SessionOptions so;
+      require_ok(photon_session_options_create(&so.o), "cannot create session options");
+      set_session_options(so.o, seed_ + i);
+      require_ok(photon_request_options_set_session_options(ro.o, so.o), "session options");
+      c.generation = std::make_shared<Generation>(ctx_.io);
+      c.ended = false;
+      const photon_status status = c.generation->submit(
+          ctx_.model.engine, ro.o, std::make_shared<ChoiceObserver>(shared_from_this(), i));
+      if (status != PHOTON_OK) {
+        const std::string message = photon_last_error();
+        c.generation.reset();
+        for (size_t j = 0; j < i; ++j) choices_[j].generation->cancel();
+        if (resumed_ && status != PHOTON_ERR_BUSY) {
+          state_refused(shared_from_this(), message.c_str());
+          return plan_and_submit(false);
+        }
+        throw engine_error(status, message, prompt_param());
       }
-      throw engine_error(status, message, prompt_param());
+      ctx_.tracker->add(c.generation);
     }
-    ctx_.tracker->add(generation_);
     if (!streaming_ && req_.stream) {
       streaming_ = true;
       exchange_->start_stream(reply_headers());
-      if (endpoint_ == Endpoint::ChatCompletions)
-        exchange_->send(head_ +
-                        "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
-                        "\"finish_reason\":null}]" +
-                        (req_.include_usage ? ",\"usage\":null" : "") + "}\n\n");
+      if (endpoint_ == Endpoint::ChatCompletions) {
+        std::string out;
+        for (const Choice& c : choices_)
+          out += c.head +
+                 "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+                 "\"finish_reason\":null}]" +
+                 (req_.include_usage ? ",\"usage\":null" : "") + "}\n\n";
+        exchange_->send(out);
+      }
     }
+  }
+
+  void set_session_options(photon_session_options* o, uint64_t seed) const {
+    const ServedModel& m = ctx_.model;
+    const Sampling& s = req_.sampling;
+    require_ok(photon_session_options_set_mode(o, m.mode), "mode");
+    require_ok(photon_session_options_set_kv_type(o, m.kv_type), "kv type");
+    require_ok(photon_session_options_set_context_length(o, m.context), "context");
+    require_ok(photon_session_options_set_temperature(o, s.temperature), "temperature");
+    require_ok(photon_session_options_set_top_k(o, s.top_k), "top_k");
+    require_ok(photon_session_options_set_top_p(o, s.top_p), "top_p");
+    require_ok(photon_session_options_set_min_p(o, s.min_p), "min_p");
+    require_ok(
+        photon_session_options_set_repetition_penalty(o, s.repetition_penalty, kRepetitionWindow),
+        "repetition_penalty");
+    require_ok(photon_session_options_set_seed(o, seed), "seed");
+    require_ok(photon_session_options_set_ignore_eos(o, s.ignore_eos ? 1 : 0), "ignore_eos");
+    for (const std::string& stop : stops_)
+      require_ok(photon_session_options_add_stop_string(o, stop.c_str()), "stop");
   }
 
   Headers reply_headers() const {
@@ -395,14 +439,19 @@ class Completion final : public GenerationObserver,
     if (gone_ || finished_) return;
     gone_ = true;
     ++ctx_.metrics.disconnects;
-    if (generation_) generation_->cancel();
+    cancel_all();
+  }
+
+  void cancel_all() {
+    for (Choice& c : choices_)
+      if (c.generation) c.generation->cancel();
   }
 
   // ---- the reply ----
-  void append_token_chunk(std::string& out, const GeneratedToken& t, size_t offset,
+  void append_token_chunk(std::string& out, const Choice& c, const GeneratedToken& t, size_t offset,
                           std::string_view text) const {
     if (text.empty() && !req_.logprobs && !req_.return_token_ids) return;
-    out += head_;
+    out += c.head;
     if (endpoint_ == Endpoint::Completions) {
       out += "\"text\":";
       append_json_string(out, text);
@@ -446,45 +495,54 @@ class Completion final : public GenerationObserver,
 
   ordered_json usage() const {
     double reused = 0;
-    photon_request_get_stat(generation_->request(), PHOTON_REQUEST_REUSED_TOKENS, &reused);
+    photon_request_get_stat(choices_[0].generation->request(), PHOTON_REQUEST_REUSED_TOKENS,
+                            &reused);
     ordered_json u;
     u["prompt_tokens"] = prompt_tokens_.size();
-    u["completion_tokens"] = ids_.size();
-    u["total_tokens"] = prompt_tokens_.size() + ids_.size();
+    u["completion_tokens"] = completion_tokens();
+    u["total_tokens"] = prompt_tokens_.size() + completion_tokens();
     u["prompt_tokens_details"] = {{"cached_tokens", static_cast<int64_t>(reused)}};
     return u;
+  }
+
+  size_t completion_tokens() const {
+    size_t n = 0;
+    for (const Choice& c : choices_) n += c.ids.size();
+    return n;
   }
 
   static std::string dump(const ordered_json& j) {
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
 
-  ordered_json logprobs_json() const {
+  ordered_json logprobs_json(const Choice& c) const {
     if (!req_.logprobs) return nullptr;
     ordered_json lp;
     if (endpoint_ == Endpoint::Completions) {
-      lp["tokens"] = pieces_;
-      lp["token_logprobs"] = logprobs_;
+      lp["tokens"] = c.pieces;
+      lp["token_logprobs"] = c.logprobs;
       lp["top_logprobs"] = nullptr;
-      lp["text_offset"] = offsets_;
+      lp["text_offset"] = c.offsets;
       return lp;
     }
     std::string content = "[";
-    for (size_t i = 0; i < pieces_.size(); ++i) {
+    for (size_t i = 0; i < c.pieces.size(); ++i) {
       if (i) content += ',';
-      append_chat_logprob(content, pieces_[i], logprobs_[i]);
+      append_chat_logprob(content, c.pieces[i], c.logprobs[i]);
     }
     content += ']';
     lp["content"] = ordered_json::parse(content);
     return lp;
   }
 
-  void save_then_reply(std::string rest) {
+  // A conversation's turn (one choice) is saved before its reply ends.
+  void save_then_reply() {
+    const Choice& choice = choices_[0];
     Conversation c;
     c.has_text = prompt_text_.has_value();
-    if (c.has_text) c.text = *prompt_text_ + text_.generated();
+    if (c.has_text) c.text = *prompt_text_ + choice.text.generated();
     c.tokens = prompt_tokens_;
-    c.tokens.insert(c.tokens.end(), ids_.begin(), ids_.end());
+    c.tokens.insert(c.tokens.end(), choice.ids.begin(), choice.ids.end());
     const uint64_t expected = conversation_ ? conversation_->version : 0;
     struct Outcome {
       ConversationStore::SaveResult result = ConversationStore::SaveResult::Conflict;
@@ -492,8 +550,8 @@ class Completion final : public GenerationObserver,
     };
     auto outcome = std::make_shared<Outcome>();
     ctx_.offload->run(
-        [store = ctx_.store, id = *conversation_id_, generation = generation_, c = std::move(c),
-         expected, outcome]() mutable {
+        [store = ctx_.store, id = *conversation_id_, generation = choice.generation,
+         c = std::move(c), expected, outcome]() mutable {
           try {
             size_t size = 0;
             photon_status status = photon_request_save(generation->request(), nullptr, 0, &size);
@@ -509,7 +567,7 @@ class Completion final : public GenerationObserver,
             outcome->error = e.what();
           }
         },
-        [self = shared_from_this(), outcome, expected, rest = std::move(rest)] {
+        [self = shared_from_this(), outcome, expected] {
           Metrics& metrics = self->ctx_.metrics;
           if (!outcome->error.empty()) {
             ++metrics.conversation_store_errors;
@@ -531,30 +589,39 @@ class Completion final : public GenerationObserver,
                          "photon serve: conversation %s not saved: larger than the store's cap\n",
                          self->conversation_id_->c_str());
           }
-          self->reply(rest);
+          self->reply();
         });
   }
 
-  void reply(std::string_view rest) {
+  // A choice's last stream chunk: the text held back, and why it ended.
+  void send_finish_chunk(Choice& c) {
+    if (c.finish_sent) return;
+    c.finish_sent = true;
+    std::string out;
+    const std::string usage_null = req_.include_usage ? ",\"usage\":null" : "";
+    if (endpoint_ == Endpoint::Completions) {
+      out += c.head + "\"text\":";
+      append_json_string(out, c.rest);
+      out += ",\"logprobs\":null,\"finish_reason\":\"" + std::string(c.finish_reason) + "\"}]" +
+             usage_null + "}\n\n";
+    } else {
+      if (!c.rest.empty()) {
+        out += c.head + "\"delta\":{\"content\":";
+        append_json_string(out, c.rest);
+        out += "},\"logprobs\":null,\"finish_reason\":null}]" + usage_null + "}\n\n";
+      }
+      out += c.head + "\"delta\":{},\"logprobs\":null,\"finish_reason\":\"" +
+             std::string(c.finish_reason) + "\"}]" + usage_null + "}\n\n";
+    }
+    exchange_->send(out);
+  }
+
+  void reply() {
     if (conversation_id_)
       ++(resumed_ ? ctx_.metrics.conversations_resumed : ctx_.metrics.conversations_full_prefill);
     if (streaming_) {
+      for (Choice& c : choices_) send_finish_chunk(c);
       std::string out;
-      const std::string usage_null = req_.include_usage ? ",\"usage\":null" : "";
-      if (endpoint_ == Endpoint::Completions) {
-        out += head_ + "\"text\":";
-        append_json_string(out, rest);
-        out += ",\"logprobs\":null,\"finish_reason\":\"" + std::string(finish_reason_) + "\"}]" +
-               usage_null + "}\n\n";
-      } else {
-        if (!rest.empty()) {
-          out += head_ + "\"delta\":{\"content\":";
-          append_json_string(out, rest);
-          out += "},\"logprobs\":null,\"finish_reason\":null}]" + usage_null + "}\n\n";
-        }
-        out += head_ + "\"delta\":{},\"logprobs\":null,\"finish_reason\":\"" +
-               std::string(finish_reason_) + "\"}]" + usage_null + "}\n\n";
-      }
       if (req_.include_usage)
         out += head_base_ + ",\"choices\":[],\"usage\":" + dump(usage()) + "}\n\n";
       out += "data: [DONE]\n\n";
@@ -562,22 +629,27 @@ class Completion final : public GenerationObserver,
       exchange_->end_stream();
       return done(200);
     }
-    const std::string text = text_.generated().substr(0, text_.sent());
-    ordered_json choice;
-    choice["index"] = 0;
-    if (endpoint_ == Endpoint::Completions)
-      choice["text"] = text;
-    else
-      choice["message"] = {{"role", "assistant"}, {"content", text}};
-    choice["logprobs"] = logprobs_json();
-    choice["finish_reason"] = finish_reason_;
-    if (req_.return_token_ids) choice["token_ids"] = ids_;
+    ordered_json choices = ordered_json::array();
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      const Choice& c = choices_[i];
+      const std::string text = c.text.generated().substr(0, c.text.sent());
+      ordered_json choice;
+      choice["index"] = i;
+      if (endpoint_ == Endpoint::Completions)
+        choice["text"] = text;
+      else
+        choice["message"] = {{"role", "assistant"}, {"content", text}};
+      choice["logprobs"] = logprobs_json(c);
+      choice["finish_reason"] = c.finish_reason;
+      if (req_.return_token_ids) choice["token_ids"] = c.ids;
+      choices.push_back(std::move(choice));
+    }
     ordered_json body;
     body["id"] = id_;
     body["object"] = endpoint_ == Endpoint::Completions ? "text_completion" : "chat.completion";
     body["created"] = created_;
     body["model"] = ctx_.model.name;
-    body["choices"] = ordered_json::array({std::move(choice)});
+    body["choices"] = std::move(choices);
     body["usage"] = usage();
     exchange_->respond({200, "application/json", dump(body), reply_headers()});
     done(200);
@@ -585,6 +657,7 @@ class Completion final : public GenerationObserver,
 
   void fail(const ApiError& e) {
     if (finished_) return;
+    cancel_all();
     if (streaming_) {
       exchange_->send("data: " + e.body() + "\n\ndata: [DONE]\n\n");
       exchange_->end_stream();
@@ -606,14 +679,15 @@ class Completion final : public GenerationObserver,
         std::chrono::duration<double>(SteadyClock::now() - http_.received).count();
     metrics.request_seconds.observe(seconds);
     double reused = 0;
-    if (generation_) {
-      photon_request* r = generation_->request();
+    for (const Choice& c : choices_) {
+      if (!c.generation) continue;
+      photon_request* r = c.generation->request();
       double queue = NAN, first = NAN, decode = NAN, generated = 0;
       photon_request_get_stat(r, PHOTON_REQUEST_QUEUE_SECONDS, &queue);
       photon_request_get_stat(r, PHOTON_REQUEST_FIRST_TOKEN_SECONDS, &first);
       photon_request_get_stat(r, PHOTON_REQUEST_DECODE_SECONDS, &decode);
       photon_request_get_stat(r, PHOTON_REQUEST_GENERATED_TOKENS, &generated);
-      photon_request_get_stat(r, PHOTON_REQUEST_REUSED_TOKENS, &reused);
+      if (&c == &choices_[0]) photon_request_get_stat(r, PHOTON_REQUEST_REUSED_TOKENS, &reused);
       metrics.queue_seconds.observe(queue);
       metrics.first_token_seconds.observe(first);
       if (generated > 1) metrics.token_gap_seconds.observe(decode / (generated - 1));
@@ -623,7 +697,8 @@ class Completion final : public GenerationObserver,
                    "photon serve: %s %s %s -> %d: prompt %zu tokens (%lld reused), %zu generated, "
                    "%.3f s\n",
                    request_id_.c_str(), http_.method.c_str(), route(endpoint_), status,
-                   prompt_tokens_.size(), static_cast<long long>(reused), ids_.size(), seconds);
+                   prompt_tokens_.size(), static_cast<long long>(reused), completion_tokens(),
+                   seconds);
     exchange_.reset();
   }
 
@@ -636,7 +711,6 @@ class Completion final : public GenerationObserver,
   GenerationRequest req_;
   std::string id_;
   std::string head_base_;  // "data: {" and the fields every chunk repeats
-  std::string head_;       // head_base_ and the choice's index
 
   std::optional<std::string> conversation_id_;
   std::optional<Conversation> conversation_;
@@ -650,17 +724,35 @@ class Completion final : public GenerationObserver,
   std::vector<int32_t> submit_tokens_;  // what the engine reads (after a continued state)
   int32_t max_tokens_ = 0;
 
-  std::shared_ptr<Generation> generation_;
-  TextStream text_;
-  std::vector<int32_t> ids_;
-  std::vector<float> logprobs_;
-  std::vector<size_t> offsets_;
-  std::vector<std::string> pieces_;
-  const char* finish_reason_ = "length";
+  // One of the n choices: its engine request and what it produced.
+  struct Choice {
+    Choice(std::string chunk_head, std::vector<std::string> stops)
+        : head(std::move(chunk_head)), text(std::move(stops)) {}
+    std::string head;  // head_base_ and the choice's index
+    TextStream text;
+    std::shared_ptr<Generation> generation;
+    std::vector<int32_t> ids;
+    std::vector<float> logprobs;
+    std::vector<size_t> offsets;
+    std::vector<std::string> pieces;
+    std::string rest;  // the text held back until the end, sent with the finish reason
+    const char* finish_reason = "length";
+    bool ended = false;
+    bool finish_sent = false;
+  };
+  std::vector<Choice> choices_;
   bool streaming_ = false;
   bool gone_ = false;
   bool finished_ = false;
 };
+
+void ChoiceObserver::on_tokens(std::vector<GeneratedToken>& tokens) {
+  completion_->on_tokens(index_, tokens);
+}
+
+void ChoiceObserver::on_finished() {
+  completion_->on_finished(index_);
+}
 
 }  // namespace
 

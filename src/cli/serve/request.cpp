@@ -105,8 +105,6 @@ json parse_body(std::string_view body) {
 
 // Fields whose meaning the server cannot honour: refused unless they hold their neutral value.
 void refuse_unsupported(const json& body, Endpoint endpoint) {
-  if (const json* n = find(body, "n"); n && integer(*n, "n") != 1)
-    throw bad_field("n", "'n' must be 1: this server generates one choice per request");
   for (const char* name : {"presence_penalty", "frequency_penalty"}) {
     if (const json* v = find(body, name); v && number(*v, name) != 0.0)
       throw bad_field(name, quote(name) +
@@ -144,8 +142,6 @@ void refuse_unsupported(const json& body, Endpoint endpoint) {
       if (m != "text") throw bad_field("modalities", "only the 'text' modality is supported");
   }
   if (endpoint == Endpoint::Completions) {
-    if (const json* v = find(body, "best_of"); v && integer(*v, "best_of") != 1)
-      throw bad_field("best_of", "'best_of' must be 1");
     if (const json* v = find(body, "echo"); v && boolean(*v, "echo"))
       throw bad_field("echo", "'echo' is not supported");
     if (const json* v = find(body, "suffix"); v && !string(*v, "suffix").empty())
@@ -276,6 +272,16 @@ void parse_sampling(const json& body, Sampling& s) {
   parse_stop(body, s);
 }
 
+int32_t parse_choices(const json& body) {
+  const json* v = find(body, "n");
+  if (!v) return 1;
+  const int64_t n = integer(*v, "n");
+  if (n < 1 || n > kMaxChoices)
+    throw bad_field(
+        "n", "'n' must be 1 to " + std::to_string(kMaxChoices) + ", got " + std::to_string(n));
+  return static_cast<int32_t>(n);
+}
+
 std::optional<int32_t> parse_max_tokens(const json& body, Endpoint endpoint) {
   std::optional<int32_t> result;
   for (const char* name : {"max_tokens", "max_completion_tokens"}) {
@@ -331,6 +337,10 @@ GenerationRequest parse_generation_request(Endpoint endpoint, std::string_view t
   else
     parse_messages(body, r);
   r.max_tokens = parse_max_tokens(body, endpoint);
+  r.n = parse_choices(body);
+  if (const json* v = find(body, "best_of");
+      v && endpoint == Endpoint::Completions && integer(*v, "best_of") != r.n)
+    throw bad_field("best_of", "'best_of' must equal 'n': every choice generated is returned");
   parse_sampling(body, r.sampling);
   if (const json* v = find(body, "stream")) r.stream = boolean(*v, "stream");
   if (const json* v = find(body, "stream_options")) {
