@@ -318,11 +318,12 @@ void study_throughput(const Plan& plan, const BenchModel& model, Row row, Sink& 
     // On a GPU each new shape loads its kernels and plans its GEMMs on first use (milliseconds
     // each, once per process): a run of the same batch and prompts, generating less, meets them
     // before the timed one, as a server's first requests do before its steady state.
+    const int32_t warm_up =
+        measures_device_memory(model) ? std::min(regime.generate, kWarmUpTokens) : 0;
     if (measures_device_memory(model)) {
       Progress progress("warm-up of " + label,
-                        static_cast<double>(batch) * (regime.prompt + kWarmUpTokens));
-      run_batch(model, row, regime.prompt, std::min(regime.generate, kWarmUpTokens), context, batch,
-                plan.seed, &progress);
+                        static_cast<double>(batch) * (regime.prompt + warm_up));
+      run_batch(model, row, regime.prompt, warm_up, context, batch, plan.seed, &progress);
     }
     BatchResult run;
     {
@@ -340,8 +341,7 @@ void study_throughput(const Plan& plan, const BenchModel& model, Row row, Sink& 
     record["generated_tokens"] = regime.generate;
     record["batch"] = batch;
     record["batch_rule"] = plan.memory_budget ? "memory_budget" : "fixed";
-    record["warm_up_tokens"] =
-        measures_device_memory(model) ? std::min(regime.generate, kWarmUpTokens) : 0;
+    record["warm_up_tokens"] = warm_up;
     record["memory_budget_bytes"] = plan.memory_budget ? Record(*plan.memory_budget) : Record();
     if (plan.memory_budget) record["batch_trials"] = trials;
     record["prefill_s"] = run.prefill_s;

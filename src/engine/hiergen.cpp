@@ -36,11 +36,6 @@ void HierGenState::allocate(const Model& model, std::span<const int> encoder_cap
     allocate_window(model, l, &level(l).window, kv_type);
 }
 
-void HierGenState::allocate_for_prompt(const Model& model, std::span<const int> encoder_capacity,
-                                       std::span<const int> encoder_units, DType kv_type) {
-  allocate_encoders(model, encoder_capacity, encoder_units, kv_type);
-}
-
 Tensor top_conditioner(const Model& model, const HierGenState& st) {
   return st.has_top ? st.top_last.tensor() : model.weights().start;
 }

@@ -28,20 +28,15 @@ struct HierGenState {
   // encoder_capacity[l - 1]: complete level-l units the encoder cache can hold; every KV cache in
   // kv_type.
   void allocate(const Model& model, std::span<const int> encoder_capacity, DType kv_type);
-  // A prompt's state that is encoded and then dropped (RecGen's): no windows, which its
-  // hier_append jobs never open, and encoder caches that hold encoder_units[l - 1] units at once.
-  void allocate_for_prompt(const Model& model, std::span<const int> encoder_capacity,
-                           std::span<const int> encoder_units, DType kv_type);
+  // allocate without the windows, for a prompt's state that is encoded and then dropped
+  // (RecGen's: its hier_append jobs never open windows); the encoder caches hold first_units[l - 1]
+  // units at once (KvCache's default when first_units is empty).
+  void allocate_encoders(const Model& model, std::span<const int> encoder_capacity,
+                         std::span<const int> first_units, DType kv_type);
   HierLevel& level(int l) { return levels[l - 1]; }
   const HierLevel& level(int l) const { return levels[l - 1]; }
   // The hidden state that predicts token `pos` (the level-1 window's latest output).
   Tensor hidden() const { return levels[0].window.latest(); }
-
- private:
-  // The encoder caches (first_units[l - 1] positions at first; the caches' default when empty),
-  // the pending children and the top-level state.
-  void allocate_encoders(const Model& model, std::span<const int> encoder_capacity,
-                         std::span<const int> first_units, DType kv_type);
 };
 
 // What hier_append and hier_step write: the latents passed up the levels, the gathered children

@@ -192,7 +192,7 @@ class RecGenRunner final : public Runner {
       for (int l = 1; l <= L; ++l) units.push_back(static_cast<int>(length / c.block_tokens(l)));
       caps.assign(units.begin(), units.end() - 1);
       caps.push_back(sessions[i]->as<RecGenState>().top.capacity);
-      states[i].allocate_for_prompt(model_, caps, units, sessions[i]->kv_type);
+      states[i].allocate_encoders(model_, caps, units, sessions[i]->kv_type);
     }
     const std::vector<std::span<const int32_t>> whole(prompts.begin(), prompts.end());
     std::vector<AppendJob> jobs;
