@@ -503,10 +503,14 @@ PHOTON_API photon_status photon_session_options_set_context_length(photon_sessio
 PHOTON_API photon_status photon_session_options_set_kv_type(photon_session_options *options,
                                                             photon_dtype kv_type);
 /* Sampling. Each token is chosen from the model's logits l (one per vocabulary id) in this order:
- *   1. Repetition penalty r (if r != 1 and last_n > 0): each distinct id among the last last_n
- *      tokens of the history (prompt included) gets l / r if l > 0, else l * r.
- *   2. Temperature 0 (greedy): the token is the id with the largest logit after step 1, the
- *      lowest id on ties; the steps below do not apply.
+ *   0. Logit bias: each id given a bias b gets l + b.
+ *   1. Penalties over the penalty window, the last last_n tokens of the history (prompt included;
+ *      last_n as photon_session_options_set_repetition_penalty sets it, 64 by default): each
+ *      distinct id that occurs c > 0 times in the window gets, with repetition penalty r,
+ *      l' = (l > 0 ? l / r : l * r), then l' - fma(c, frequency, presence) (one rounding). Ids
+ *      outside the window keep their logit.
+ *   2. Temperature 0 (greedy): the token is the id with the largest logit after steps 0 and 1,
+ *      the lowest id on ties; the steps below do not apply.
  *   3. Top-k (if 0 < k < vocabulary size): only the k ids with the largest logits stay (the
  *      lower id first on ties).
  *   4. Softmax at temperature T over the ids left: p_i = exp(l_i / T) / sum_j exp(l_j / T).
@@ -540,11 +544,26 @@ PHOTON_API photon_status photon_session_options_set_top_p(photon_session_options
  * 0 disables. */
 PHOTON_API photon_status photon_session_options_set_min_p(photon_session_options *options,
                                                           float min_p);
-/* CTRL-style repetition penalty >= 1 (step 1; 1 disables) over the last last_n tokens of the
- * history (prompt included). With a penalty, RecGen decodes sibling windows one after another,
- * since each token then depends on the ones before it. */
+/* CTRL-style repetition penalty >= 1 (step 1; 1 disables), and last_n >= 0, the penalty window
+ * of every penalty (0: none applies). With a penalty, RecGen decodes sibling windows one after
+ * another, since each token then depends on the ones before it. */
 PHOTON_API photon_status photon_session_options_set_repetition_penalty(
     photon_session_options *options, float penalty, int32_t last_n);
+/* Presence and frequency penalties (step 1; 0 disables each), as OpenAI defines them but counted
+ * over the penalty window: an id that occurs c times there loses presence + c * frequency.
+ * Negative values favour repeats. Each must be finite. Like the repetition penalty, they make
+ * RecGen decode sibling windows one after another. */
+PHOTON_API photon_status
+photon_session_options_set_presence_penalty(photon_session_options *options, float presence);
+PHOTON_API photon_status
+photon_session_options_set_frequency_penalty(photon_session_options *options, float frequency);
+/* Logit bias (step 0): replaces the options' biases with count pairs (tokens[i], biases[i]);
+ * count 0 clears them (the pointers may then be NULL). Tokens must be distinct and >= 0 (a session
+ * refuses one outside its model's vocabulary when it is created or its sampler is set), biases
+ * finite. A bias of -100 keeps an id from being chosen in practice; +100 all but forces it. */
+PHOTON_API photon_status photon_session_options_set_logit_bias(photon_session_options *options,
+                                                               const int32_t *tokens,
+                                                               const float *biases, size_t count);
 /* Non-zero: do not stop at the end-of-sequence token (it is sampled like any other). */
 PHOTON_API photon_status photon_session_options_set_ignore_eos(photon_session_options *options,
                                                                int ignore_eos);
@@ -723,9 +742,9 @@ PHOTON_API photon_status photon_session_kv_bytes(const photon_session *session, 
 PHOTON_API photon_status photon_session_get_options(const photon_session *session,
                                                     photon_session_options **out);
 
-/* Replaces the session's sampler settings (temperature, top-k/p, min-p, repetition penalty, seed,
- * ignore-EOS, stop strings) and its context shift with those of options; mode, context length and
- * kv type are not changed. Used to override the settings of a restored session. */
+/* Replaces the session's sampler settings (temperature, top-k/p, min-p, penalties, logit bias,
+ * seed, ignore-EOS, stop strings) and its context shift with those of options; mode, context
+ * length and kv type are not changed. Used to override the settings of a restored session. */
 PHOTON_API photon_status photon_session_set_sampler(photon_session *session,
                                                     const photon_session_options *options);
 

@@ -1,7 +1,10 @@
 // photon_session_*: options, prefill, streaming generation, cancellation and introspection.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "api/api_internal.h"
 #include "engine/decode.h"
@@ -135,6 +138,52 @@ photon_status photon_session_options_set_repetition_penalty(photon_session_optio
                 "last_n must be >= 0, got " + std::to_string(last_n));
     o->sampler.repetition_penalty = penalty;
     o->sampler.repetition_last_n = last_n;
+  });
+}
+
+photon_status photon_session_options_set_presence_penalty(photon_session_options* o,
+                                                          float presence) {
+  return guard([&] {
+    require(o, "photon_session_options_set_presence_penalty", "options is NULL");
+    check_range(std::isfinite(presence), "photon_session_options_set_presence_penalty",
+                "presence must be finite, got " + std::to_string(presence));
+    o->sampler.presence_penalty = presence;
+  });
+}
+
+photon_status photon_session_options_set_frequency_penalty(photon_session_options* o,
+                                                           float frequency) {
+  return guard([&] {
+    require(o, "photon_session_options_set_frequency_penalty", "options is NULL");
+    check_range(std::isfinite(frequency), "photon_session_options_set_frequency_penalty",
+                "frequency must be finite, got " + std::to_string(frequency));
+    o->sampler.frequency_penalty = frequency;
+  });
+}
+
+photon_status photon_session_options_set_logit_bias(photon_session_options* o,
+                                                    const int32_t* tokens, const float* biases,
+                                                    size_t count) {
+  constexpr const char* kWho = "photon_session_options_set_logit_bias";
+  return guard([&] {
+    require(o, kWho, "options is NULL");
+    require(count == 0 || (tokens && biases), kWho, "tokens or biases is NULL");
+    std::vector<photon::LogitBias> entries(count);
+    for (size_t i = 0; i < count; ++i) {
+      check_range(
+          tokens[i] >= 0, kWho,
+          "tokens[" + std::to_string(i) + "] is " + std::to_string(tokens[i]) + ", not a token id");
+      check_range(
+          std::isfinite(biases[i]), kWho,
+          "biases[" + std::to_string(i) + "] must be finite, got " + std::to_string(biases[i]));
+      entries[i] = {tokens[i], biases[i]};
+    }
+    std::sort(entries.begin(), entries.end(),
+              [](const auto& a, const auto& b) { return a.token < b.token; });
+    for (size_t i = 1; i < count; ++i)
+      check_range(entries[i].token != entries[i - 1].token, kWho,
+                  "token " + std::to_string(entries[i].token) + " is given more than once");
+    o->sampler.logit_bias = std::move(entries);
   });
 }
 

@@ -325,6 +325,11 @@ void Backend::sample(const Tensor& logits, std::span<const SampleRequest> rows, 
   for (size_t i = 0; i < rows.size(); ++i) {
     const SamplerConfig* config = rows[i].config;
     if (config == nullptr) c.fail(Operand("rows", i, "config"), "is null");
+    for (const LogitBias& entry : config->logit_bias)
+      if (entry.token < 0 || entry.token >= logits.cols)
+        c.fail(Operand("rows", i, "config"), "biases token " + std::to_string(entry.token) +
+                                                 ", outside the vocabulary of " +
+                                                 std::to_string(logits.cols));
     if (!config->penalized()) continue;
     const std::span<const int32_t> history = rows[i].history;
     const size_t window = std::min(history.size(), static_cast<size_t>(config->repetition_last_n));

@@ -14,9 +14,21 @@ Mode default_mode(const Model& model) {
   return Mode::RecGen;
 }
 
+namespace {
+
+void check_logit_bias(const SamplerConfig& sampler, const ModelConfig& c) {
+  for (const LogitBias& entry : sampler.logit_bias)
+    check(entry.token < c.vocab_size, PHOTON_ERR_BAD_TOKEN,
+          "the logit bias's token " + std::to_string(entry.token) +
+              " is outside the model's vocabulary of " + std::to_string(c.vocab_size));
+}
+
+}  // namespace
+
 std::unique_ptr<Session> Session::create(const Model& model, Mode mode, int context,
                                          const SamplerConfig& sampler, DType kv_type) {
   const ModelConfig& c = model.config();
+  check_logit_bias(sampler, c);
   if (mode == Mode::RecGen && c.arch == Arch::Vanilla)
     fail(PHOTON_ERR_UNSUPPORTED,
          "RecGen needs a PHOTON model with at least 2 levels; this model is vanilla");
@@ -160,6 +172,7 @@ void prefill_batch(std::span<Session* const> sessions,
 
 void Session::set_sampler(const SamplerConfig& config, std::string_view who) {
   stream.require_usable(who);
+  check_logit_bias(config, model.config());
   discard_ahead();  // tokens drawn under the old settings
   sampler = config;
 }

@@ -21,12 +21,20 @@ constexpr uint64_t kMaxStateBytes = (uint64_t{1} << 31) - (uint64_t{1} << 24);
 }
 
 FbOffset<fb::Sampler> put_sampler(flatbuffers::FlatBufferBuilder& b, const SamplerConfig& c) {
-  return fb::CreateSampler(b, c.temperature, c.top_k, c.top_p, c.min_p, c.repetition_penalty,
-                           c.repetition_last_n, c.seed, c.ignore_eos,
-                           b.CreateVectorOfStrings(c.stop_strings));
+  std::vector<int32_t> bias_tokens;
+  std::vector<float> bias_values;
+  for (const LogitBias& entry : c.logit_bias) {
+    bias_tokens.push_back(entry.token);
+    bias_values.push_back(entry.bias);
+  }
+  return fb::CreateSampler(
+      b, c.temperature, c.top_k, c.top_p, c.min_p, c.repetition_penalty, c.repetition_last_n,
+      c.seed, c.ignore_eos, b.CreateVectorOfStrings(c.stop_strings), c.presence_penalty,
+      c.frequency_penalty, c.logit_bias.empty() ? 0 : b.CreateVector(bias_tokens),
+      c.logit_bias.empty() ? 0 : b.CreateVector(bias_values));
 }
 
-SamplerConfig get_sampler(const fb::Sampler* in) {
+SamplerConfig get_sampler(const fb::Sampler* in, int32_t vocab) {
   StateReader::expect(in != nullptr, "the sampler settings are missing");
   SamplerConfig c;
   c.temperature = in->temperature();
@@ -56,6 +64,26 @@ SamplerConfig get_sampler(const fb::Sampler* in) {
       StateReader::expect(s && s->size() > 0, "a stop string is empty");
       c.stop_strings.push_back(s->str());
     }
+  c.presence_penalty = in->presence_penalty();
+  c.frequency_penalty = in->frequency_penalty();
+  in_range(std::isfinite(c.presence_penalty), "presence_penalty", c.presence_penalty, "finite");
+  in_range(std::isfinite(c.frequency_penalty), "frequency_penalty", c.frequency_penalty, "finite");
+  const auto* tokens = in->logit_bias_tokens();
+  const auto* values = in->logit_bias_values();
+  const size_t biased = tokens ? tokens->size() : 0;
+  StateReader::expect(biased == (values ? values->size() : 0),
+                      "the logit bias has a different number of tokens and values");
+  for (size_t i = 0; i < biased; ++i) {
+    const int32_t token = tokens->Get(static_cast<flatbuffers::uoffset_t>(i));
+    const float bias = values->Get(static_cast<flatbuffers::uoffset_t>(i));
+    StateReader::expect(
+        token >= 0 && token < vocab,
+        "the logit bias's token " + std::to_string(token) + " is outside the vocabulary");
+    StateReader::expect(i == 0 || token > c.logit_bias.back().token,
+                        "the logit bias's tokens are not ascending and distinct");
+    in_range(std::isfinite(bias), "logit bias", bias, "finite");
+    c.logit_bias.push_back({token, bias});
+  }
   return c;
 }
 
@@ -124,8 +152,9 @@ std::vector<uint8_t> save_session(Session& s, std::string_view who) {
   flatbuffers::FlatBufferBuilder& b = w.builder();
   const std::string& pending = s.stream.utf8.pending();
   const auto state = fb::CreateSessionState(
-      b, kSessionFormatVersion, model.file().data_hash(), b.CreateString(model.config_json()),
-      tokenizer_hash(model), s.context, b.CreateVector(s.history), put_sampler(b, s.sampler),
+      b, s.sampler.beyond_format_3() ? kSessionFormatVersion : 3, model.file().data_hash(),
+      b.CreateString(model.config_json()), tokenizer_hash(model), s.context,
+      b.CreateVector(s.history), put_sampler(b, s.sampler),
       b.CreateVector(reinterpret_cast<const uint8_t*>(pending.data()), pending.size()),
       b.CreateString(s.stream.recent), static_cast<fb::KvType>(s.kv_type), w.mode_type(), w.mode());
   fb::FinishSizePrefixedSessionStateBuffer(b, state);
@@ -273,8 +302,8 @@ std::unique_ptr<Session> restore_session(const Model& model, std::span<const uin
             "unknown KV cache type " + std::to_string(static_cast<int>(kv)));
   R::expect(kv == fb::KvType::F32 || st->format_version() >= 2,
             "16-bit KV caches in a format version 1 state");
-  std::unique_ptr<Session> s =
-      Session::create(model, mode, context, get_sampler(st->sampler()), static_cast<DType>(kv));
+  std::unique_ptr<Session> s = Session::create(
+      model, mode, context, get_sampler(st->sampler(), c.vocab_size), static_cast<DType>(kv));
   s->history.assign(st->tokens()->begin(), st->tokens()->end());
   if (v2) {
     const V2ModeTable table(*v2, mode, c);

@@ -202,6 +202,38 @@ static void test_session_options(void) {
   CHECK_STATUS(photon_session_options_set_repetition_penalty(options, 1.0f, 64), PHOTON_OK);
   CHECK_STATUS(photon_session_options_set_repetition_penalty(options, 1.3f, 16), PHOTON_OK);
 
+  CHECK_STATUS(photon_session_options_set_presence_penalty(NULL, 0.5f),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_session_options_set_presence_penalty(options, INFINITY),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_session_options_set_presence_penalty(options, -0.5f), PHOTON_OK);
+  CHECK_STATUS(photon_session_options_set_frequency_penalty(NULL, 0.5f),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_session_options_set_frequency_penalty(options, NAN),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_session_options_set_frequency_penalty(options, 1.5f), PHOTON_OK);
+
+  {
+    const int32_t tokens[] = {7, 3, 7};
+    const float biases[] = {1.0f, -100.0f, 2.0f};
+    const int32_t negative[] = {-1};
+    const float nan_bias[] = {NAN};
+    CHECK_STATUS(photon_session_options_set_logit_bias(NULL, tokens, biases, 2),
+                 PHOTON_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(photon_session_options_set_logit_bias(options, NULL, biases, 2),
+                 PHOTON_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(photon_session_options_set_logit_bias(options, tokens, NULL, 2),
+                 PHOTON_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(photon_session_options_set_logit_bias(options, tokens, biases, 3),
+                 PHOTON_ERR_INVALID_ARGUMENT); /* token 7 twice */
+    CHECK_STATUS(photon_session_options_set_logit_bias(options, negative, biases, 1),
+                 PHOTON_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(photon_session_options_set_logit_bias(options, tokens, nan_bias, 1),
+                 PHOTON_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(photon_session_options_set_logit_bias(options, tokens, biases, 2), PHOTON_OK);
+    CHECK_STATUS(photon_session_options_set_logit_bias(options, NULL, NULL, 0), PHOTON_OK);
+  }
+
   CHECK_STATUS(photon_session_options_set_top_k(NULL, 4), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_session_options_set_top_k(options, 0), PHOTON_OK);
   CHECK_STATUS(photon_session_options_set_top_k(options, 40), PHOTON_OK);

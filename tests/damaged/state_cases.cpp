@@ -262,6 +262,11 @@ void add_framing_cases(StateCases<S>& s) {
       kCorrupt, "the FlatBuffers verifier rejected the state");
 }
 
+// The message that refuses a sampler setting out of its range.
+std::string range(const char* setting) {
+  return std::string("the sampler's ") + setting + " is out of range";
+}
+
 // The fields every version has.
 template <typename State>
 void add_common_cases(StateCases<State>& s) {
@@ -269,8 +274,8 @@ void add_common_cases(StateCases<State>& s) {
       kHier, "SessionState.format_version", "0", [](State& st) { st.format_version = 0; }, kCorrupt,
       "format version 0 is invalid");
   s.edit(
-      kHier, "SessionState.format_version", "4 (newer)", [](State& st) { st.format_version = 4; },
-      PHOTON_ERR_UNSUPPORTED_VERSION, "format version 4 is newer");
+      kHier, "SessionState.format_version", "5 (newer)", [](State& st) { st.format_version = 5; },
+      PHOTON_ERR_UNSUPPORTED_VERSION, "format version 5 is newer");
   const std::string other_model = "it was saved with a different model or tokenizer";
   s.edit(
       kHier, "SessionState.model_hash", "changed", [](State& st) { st.model_hash ^= 1; },
@@ -304,9 +309,6 @@ void add_common_cases(StateCases<State>& s) {
   s.edit(
       kHier, "SessionState.sampler", "absent", [](State& st) { st.sampler.reset(); }, kCorrupt,
       "the sampler settings are missing");
-  const auto range = [](const char* setting) {
-    return std::string("the sampler's ") + setting + " is out of range";
-  };
   s.edit(
       kHier, "Sampler.temperature", "-1", [](State& st) { st.sampler->temperature = -1; }, kCorrupt,
       range("temperature"));
@@ -592,6 +594,47 @@ void add_kv_type_cases(StateCases<S>& s) {
 }
 
 // The mode's table of the current version.
+// The sampler settings of format version 4.
+void add_sampler_v4_cases(StateCases<S>& s) {
+  s.edit(
+      kHier, "Sampler.presence_penalty", "NaN",
+      [](S& st) { st.sampler->presence_penalty = std::nanf(""); }, kCorrupt,
+      range("presence_penalty"));
+  s.edit(
+      kHier, "Sampler.frequency_penalty", "infinite",
+      [](S& st) { st.sampler->frequency_penalty = -INFINITY; }, kCorrupt,
+      range("frequency_penalty"));
+  s.edit(
+      kHier, "Sampler.logit_bias_tokens", "outside the vocabulary",
+      [](S& st) {
+        st.sampler->logit_bias_tokens = {3, kTinyVocab};
+        st.sampler->logit_bias_values = {1.0f, 2.0f};
+      },
+      kCorrupt,
+      "the logit bias's token " + std::to_string(kTinyVocab) + " is outside the vocabulary");
+  s.edit(
+      kHier, "Sampler.logit_bias_tokens", "twice",
+      [](S& st) {
+        st.sampler->logit_bias_tokens = {3, 3};
+        st.sampler->logit_bias_values = {1.0f, 2.0f};
+      },
+      kCorrupt, "the logit bias's tokens are not ascending and distinct");
+  s.edit(
+      kHier, "Sampler.logit_bias_values", "fewer than the tokens",
+      [](S& st) {
+        st.sampler->logit_bias_tokens = {3, 7};
+        st.sampler->logit_bias_values = {1.0f};
+      },
+      kCorrupt, "the logit bias has a different number of tokens and values");
+  s.edit(
+      kHier, "Sampler.logit_bias_values", "NaN",
+      [](S& st) {
+        st.sampler->logit_bias_tokens = {3};
+        st.sampler->logit_bias_values = {std::nanf("")};
+      },
+      kCorrupt, range("logit bias"));
+}
+
 void add_mode_cases(StateCases<S>& s) {
   s.edit(
       kHier, "SessionState.mode", "absent", [](S& st) { st.mode.Reset(); }, kCorrupt,
@@ -761,6 +804,7 @@ std::vector<DamageCase> damaged_session_states(const StateBases& bases) {
   add_framing_cases(s);
   add_common_cases(s);
   add_mode_cases(s);
+  add_sampler_v4_cases(s);
   add_hiergen_cases(
       s, "HierGenState", [](S & st) -> auto& { return *st.mode.AsHierGenState(); });
   add_recgen_cases(

@@ -77,7 +77,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     photon_session_options_set_top_p(options, 0.5f);
     photon_session_options_set_min_p(options, 0.05f);
   }
-  if (flags & 64) photon_session_options_set_repetition_penalty(options, 1.3f, extra % 8);
+  if (flags & 64) {
+    photon_session_options_set_repetition_penalty(options, 1.3f, extra % 8);
+    photon_session_options_set_presence_penalty(options, 0.25f * static_cast<float>(extra % 5));
+    photon_session_options_set_frequency_penalty(options, -0.5f);
+    // The prompt's first tokens banned (the options refuse a list that repeats one).
+    const std::vector<float> biases(std::min<size_t>(tokens.size(), 4), -100.0f);
+    photon_session_options_set_logit_bias(options, tokens.data(), biases.data(), biases.size());
+  }
   if ((flags & 128) && !text.empty() && text.back() != '\0')
     photon_session_options_add_stop_string(options, std::string(1, text.back()).c_str());
   photon_session* session = nullptr;

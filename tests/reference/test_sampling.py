@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""The sampling options end to end: `photon generate` with temperature, top-k, top-p, min-p and the
-repetition penalty against the distribution include/photon.h defines, computed here in float64 from
+"""The sampling options end to end: `photon generate` with temperature, top-k, top-p, min-p, the
+repetition, presence and frequency penalties and a logit bias against the distribution
+include/photon.h defines, computed here in float64 from
 the PyTorch reference's logits (python/photon_ref), independently of src/engine/sampler.cpp.
 
 Per setting, a few seeds each generate a long sequence from a random vanilla model; the reference
@@ -39,14 +40,19 @@ RANK_BINS = (0, 1, 2, 3, 5, 10, 20)  # bin b holds the ranks RANK_BINS[b] .. RAN
 
 
 class Setting:
-    def __init__(self, name, temperature, top_k=0, top_p=1.0, min_p=0.0, penalty=1.0, last_n=64):
+    def __init__(self, name, temperature, top_k=0, top_p=1.0, min_p=0.0, penalty=1.0, last_n=64,
+                 presence=0.0, frequency=0.0, bias=None):
         self.name, self.temperature, self.top_k = name, temperature, top_k
         self.top_p, self.min_p, self.penalty, self.last_n = top_p, min_p, penalty, last_n
+        self.presence, self.frequency, self.bias = presence, frequency, bias or {}
 
     def flags(self):
-        return ["--temperature", str(self.temperature), "--top-k", str(self.top_k),
-                "--top-p", str(self.top_p), "--min-p", str(self.min_p),
-                "--repeat-penalty", str(self.penalty), "--repeat-last-n", str(self.last_n)]
+        return (["--temperature", str(self.temperature), "--top-k", str(self.top_k),
+                 "--top-p", str(self.top_p), "--min-p", str(self.min_p),
+                 "--repeat-penalty", str(self.penalty), "--repeat-last-n", str(self.last_n),
+                 "--presence-penalty", str(self.presence),
+                 "--frequency-penalty", str(self.frequency)]
+                + [f for t, b in self.bias.items() for f in ("--logit-bias", f"{t}={b}")])
 
 
 SETTINGS = [
@@ -58,6 +64,9 @@ SETTINGS = [
     Setting("top-k 30, top-p 0.9, min-p 0.02", 1.2, top_k=30, top_p=0.9, min_p=0.02),
     Setting("penalty 1.5 over 16", 0.9, penalty=1.5, last_n=16),
     Setting("penalty 2 over 64, top-k 20, top-p 0.95", 1.1, top_k=20, top_p=0.95, penalty=2.0),
+    Setting("presence 0.6, frequency 0.4 over 32", 1.0, last_n=32, presence=0.6, frequency=0.4),
+    Setting("logit bias, frequency 0.3, top-k 30", 0.9, top_k=30, frequency=0.3,
+            bias={7: 3.0, 260: -100.0, 400: 2.0}),
 ]
 
 
@@ -70,9 +79,13 @@ def distribution(logits, history, s):
     """The step's distribution per photon.h: (p over the vocabulary, 0 outside the kept set; the
     tokens whose membership is within MARGIN of a threshold; the tokens ordered by rank)."""
     z = logits.copy()
-    if s.penalty != 1.0 and s.last_n > 0:
-        for t in set(history[-s.last_n:]):
+    for t, b in s.bias.items():
+        z[t] += f32(b)
+    if s.last_n > 0:
+        window = history[-s.last_n:]
+        for t in set(window):
             z[t] = z[t] / f32(s.penalty) if z[t] > 0 else z[t] * f32(s.penalty)
+            z[t] -= f32(s.presence) + window.count(t) * f32(s.frequency)
     vocab = len(z)
     order = np.lexsort((np.arange(vocab), -z))  # by logit, descending; ties by id
     zs = z[order]

@@ -22,6 +22,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "photon.h"
@@ -50,6 +51,8 @@ struct Scenario {
   int32_t top_k = 0;
   float top_p = 1.0f, min_p = 0.0f, penalty = 1.0f;
   int32_t last_n = 64;
+  float presence = 0.0f, frequency = 0.0f;
+  std::vector<std::pair<int32_t, float>> logit_bias;
   uint64_t seed = 1;
   bool ignore_eos = true;
   std::vector<std::string> stops;
@@ -196,6 +199,24 @@ const std::vector<Row>& rows() {
       {"Sampler.stop_strings", "stops",
        [](auto& s, auto&) { return size_of(sampler(s).stop_strings()) > 0; },
        [](Scenario& c) { c.stops.clear(); }},
+      {"Sampler.presence_penalty", "penalties",
+       [](auto& s, auto& b) {
+         return sampler(s).presence_penalty() != sampler(b).presence_penalty();
+       },
+       [](Scenario& c) { c.presence = 0.0f; }},
+      {"Sampler.frequency_penalty", "penalties",
+       [](auto& s, auto& b) {
+         return sampler(s).frequency_penalty() != sampler(b).frequency_penalty();
+       },
+       [](Scenario& c) { c.frequency = 0.0f; }},
+      {"Sampler.logit_bias_tokens", "logit-bias",
+       [](auto& s, auto&) { return size_of(sampler(s).logit_bias_tokens()) > 0; },
+       [](Scenario& c) { c.logit_bias.clear(); }},
+      {"Sampler.logit_bias_values", "logit-bias",
+       [](auto& s, auto&) { return any_nonzero(sampler(s).logit_bias_values()); },
+       [](Scenario& c) {
+         for (auto& entry : c.logit_bias) entry.second = 0.0f;
+       }},
       // The caches, every mode's.
       {"Cache.layers", "hiergen",
        [](auto& s, auto&) { return any_of(caches(s), [](auto* c) { return c->layers() > 0; }); }},
@@ -355,6 +376,17 @@ class StateFields : public ::testing::Test {
     photon_session_options_set_top_p(o, c.top_p);
     photon_session_options_set_min_p(o, c.min_p);
     photon_session_options_set_repetition_penalty(o, c.penalty, c.last_n);
+    photon_session_options_set_presence_penalty(o, c.presence);
+    photon_session_options_set_frequency_penalty(o, c.frequency);
+    std::vector<int32_t> bias_tokens;
+    std::vector<float> biases;
+    for (const auto& [token, bias] : c.logit_bias) {
+      bias_tokens.push_back(token);
+      biases.push_back(bias);
+    }
+    EXPECT_EQ(photon_session_options_set_logit_bias(o, bias_tokens.data(), biases.data(),
+                                                    bias_tokens.size()),
+              PHOTON_OK);
     photon_session_options_set_seed(o, c.seed);
     photon_session_options_set_ignore_eos(o, c.ignore_eos ? 1 : 0);
     photon_session_options_set_context_length(o, c.context);
@@ -504,8 +536,26 @@ class StateFields : public ::testing::Test {
       c.levels = 3;
       c.min_p = 0.2f;
     });
+    // OpenAI's penalties, in RecGen, whose sibling windows they make decode one after another.
+    Scenario penalties = scenario([](Scenario& c) {
+      c.name = "penalties";
+      c.levels = 3;
+      c.mode = PHOTON_MODE_RECGEN;
+      c.presence = 0.6f;
+      c.frequency = 0.8f;
+      c.last_n = 24;
+      c.seed = 9;
+    });
+    // Biases strong enough to steer a hot sampler.
+    Scenario logit_bias = scenario([](Scenario& c) {
+      c.name = "logit-bias";
+      c.levels = 1;
+      c.temperature = 1.2f;
+      c.logit_bias = {{5, 4.0f}, {40, 3.0f}, {300, 5.0f}};
+      c.seed = 4;
+    });
     for (const Scenario& c : {hiergen, recgen, vanilla, context, eos_ignored, eos_stops, utf8,
-                              stops, top_k, top_p, min_p})
+                              stops, top_k, top_p, min_p, penalties, logit_bias})
       scenarios_[c.name] = c;
     return scenarios_;
   }
@@ -590,6 +640,14 @@ TEST_F(StateFields, EveryFieldOfTheStateHasARow) {
     EXPECT_EQ(rowed.count(f), 1u) << f << " of schemas/session.fbs has no row in kRows";
   for (const std::string& f : rowed) EXPECT_EQ(fields.count(f), 1u) << f << " is not in the schema";
   EXPECT_GT(fields.size(), 40u);  // the schema was read
+}
+
+// A state whose sampler has none of version 4's settings is written as version 3, which builds
+// that predate them restore.
+TEST_F(StateFields, StatesAreVersion3UnlessTheSamplerNeedsVersion4) {
+  EXPECT_EQ(root(saved("hiergen").states.front()).format_version(), 3u);
+  EXPECT_EQ(root(saved("penalties").states.front()).format_version(), 4u);
+  EXPECT_EQ(root(saved("logit-bias").states.front()).format_version(), 4u);
 }
 
 TEST_F(StateFields, EachRowsScenarioExercisesItsField) {

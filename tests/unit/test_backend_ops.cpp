@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <span>
 #include <string>
@@ -776,14 +777,16 @@ TEST_P(BackendOps, Attention) {
 int32_t reference_token(const SamplerConfig& config, std::vector<float> logits,
                         std::span<const int32_t> history, int64_t position) {
   const int vocab = static_cast<int>(logits.size());
+  for (const LogitBias& entry : config.logit_bias) logits[entry.token] += entry.bias;
   if (config.penalized()) {
     const size_t last = std::min(history.size(), size_t(config.repetition_last_n));
-    std::vector<int32_t> seen(history.end() - last, history.end());
-    std::sort(seen.begin(), seen.end());
-    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
-    for (int32_t t : seen)
-      logits[t] = logits[t] > 0 ? logits[t] / config.repetition_penalty
-                                : logits[t] * config.repetition_penalty;
+    std::map<int32_t, int> counts;
+    for (const int32_t t : history.last(last)) ++counts[t];
+    for (const auto& [t, count] : counts) {
+      const float l = logits[t] > 0 ? logits[t] / config.repetition_penalty
+                                    : logits[t] * config.repetition_penalty;
+      logits[t] = l - std::fma(float(count), config.frequency_penalty, config.presence_penalty);
+    }
   }
   std::vector<int32_t> ids(vocab);
   for (int i = 0; i < vocab; ++i) ids[i] = i;
@@ -847,6 +850,18 @@ SamplerConfig sampler(float temperature, int top_k, float top_p, float min_p, fl
   return c;
 }
 
+SamplerConfig with_penalties(SamplerConfig c, float presence, float frequency) {
+  c.presence_penalty = presence;
+  c.frequency_penalty = frequency;
+  return c;
+}
+
+// Ids below 7, the smallest vocabulary sampled.
+SamplerConfig with_bias(SamplerConfig c) {
+  c.logit_bias = {{0, 3.0f}, {2, -100.0f}, {6, 1.5f}};
+  return c;
+}
+
 TEST_P(BackendOps, Sample) {
   const SamplerConfig kinds[] = {
       sampler(0.0f, 0, 1.0f, 0.0f, 1.0f),         // greedy
@@ -861,6 +876,12 @@ TEST_P(BackendOps, Sample) {
       sampler(0.0f, 0, 1.0f, 0.0f, 1.3f),         // penalized greedy
       sampler(0.9f, 20, 1.0f, 0.0f, 1.5f),        // penalized top-k
       sampler(1.2f, 0, 1.0f, 0.0f, 0.8f),         // a penalty below 1
+      with_penalties(sampler(0.0f, 0, 1.0f, 0.0f, 1.0f), 0.5f, 0.7f),   // greedy, OpenAI's
+      with_penalties(sampler(1.0f, 0, 1.0f, 0.0f, 1.0f), 0.0f, -0.4f),  // favouring repeats
+      with_penalties(sampler(0.8f, 0, 0.9f, 0.0f, 1.2f), 1.0f, 0.3f),   // all three, top-p
+      with_bias(sampler(0.0f, 0, 1.0f, 0.0f, 1.0f)),                    // greedy
+      with_bias(sampler(1.0f, 0, 1.0f, 0.0f, 1.0f)),                    // temperature
+      with_bias(with_penalties(sampler(0.9f, 20, 1.0f, 0.0f, 1.1f), 0.2f, 0.2f)),  // everything
   };
   struct Batch {
     int vocab;

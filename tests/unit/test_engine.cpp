@@ -123,6 +123,28 @@ TEST_P(EngineTest, PenalizedLogprobsAreTheModelsOwn) {
   photon_session_free(s);
 }
 
+// A logit bias's ids are checked against the model's vocabulary, which the options do not know.
+TEST_P(EngineTest, ALogitBiasOutsideTheVocabularyIsRefused) {
+  const int32_t vocab = photon_model_vocab_size(model_);
+  const int32_t tokens[] = {3, vocab};
+  const float biases[] = {1.0f, 2.0f};
+  photon_session_options* o = nullptr;
+  ASSERT_EQ(photon_session_options_create(&o), PHOTON_OK);
+  ASSERT_EQ(photon_session_options_set_logit_bias(o, tokens, biases, 2), PHOTON_OK);
+  photon_session* s = nullptr;
+  EXPECT_EQ(photon_session_create(model_, o, &s), PHOTON_ERR_BAD_TOKEN);
+  EXPECT_EQ(s, nullptr);
+  EXPECT_NE(std::string(photon_last_error()).find("logit bias's token " + std::to_string(vocab)),
+            std::string::npos)
+      << photon_last_error();
+  photon_session* fine = session(PHOTON_MODE_AUTO);
+  EXPECT_EQ(photon_session_set_sampler(fine, o), PHOTON_ERR_BAD_TOKEN);
+  ASSERT_EQ(photon_session_options_set_logit_bias(o, tokens, biases, 1), PHOTON_OK);
+  EXPECT_EQ(photon_session_set_sampler(fine, o), PHOTON_OK) << photon_last_error();
+  photon_session_free(fine);
+  photon_session_options_free(o);
+}
+
 TEST_P(EngineTest, RecGenParallelEqualsSequential) {
   if (GetParam() < 2) GTEST_SKIP() << "RecGen needs L >= 2";
   for (int p : {1, meta_ - 1, meta_, meta_ + 2}) {

@@ -1,16 +1,16 @@
 // The CPU sampler (backend/cpu/sample.h, every backend's reference) against an independent
 // float64 computation of the distribution that include/photon.h defines for the sampling options
-// (penalty, then temperature and top-k, then min-p and top-p), on real next-token logits of a small
-// model with peaked, trained-like weights (tests/unit/test_models.h). Two checks: for the draw
-// u = sample_uniform(seed, position), the token must be exactly the inverse-CDF pick of the
-// reference distribution; and the frequencies over many seeds must pass a chi-square test against
-// it (which does not depend on the order the draw walks the tokens in).
+// (logit bias and penalties, then temperature and top-k, then min-p and top-p), on real next-token
+// logits of a small model with peaked, trained-like weights (tests/unit/test_models.h). Two
+// checks: for the draw u = sample_uniform(seed, position), the token must be exactly the
+// inverse-CDF pick of the reference distribution; and the frequencies over many seeds must pass a
+// chi-square test against it (which does not depend on the order the draw walks the tokens in).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +34,9 @@ struct Options {
   float min_p = 0.0f;
   float penalty = 1.0f;
   int32_t last_n = 64;
+  float presence = 0.0f;
+  float frequency = 0.0f;
+  bool biased = false;  // kBias below
 
   SamplerConfig config(uint64_t seed) const {
     SamplerConfig c;
@@ -43,9 +46,15 @@ struct Options {
     c.min_p = min_p;
     c.repetition_penalty = penalty;
     c.repetition_last_n = last_n;
+    c.presence_penalty = presence;
+    c.frequency_penalty = frequency;
+    if (biased) c.logit_bias = kBias;
     c.seed = seed;
     return c;
   }
+
+  // BOS (in every context), and two ids the contexts below do not hold.
+  static inline const std::vector<LogitBias> kBias = {{1, -1.5f}, {100, 4.0f}, {200, 5.5f}};
 };
 
 const Options kOptions[] = {
@@ -63,6 +72,14 @@ const Options kOptions[] = {
     {"penalty 2, top-k 20", 1.1f, 20, 1.0f, 0.0f, 2.0f, 64},
     {"penalty 1.5 over 8, top-p 0.9, min-p 0.05", 0.75f, 0, 0.9f, 0.05f, 1.5f, 8},
     {"greedy, penalty 1.8", 0.0f, 0, 1.0f, 0.0f, 1.8f, 64},
+    {"presence 0.8, frequency 0.5", 0.9f, 0, 1.0f, 0.0f, 1.0f, 64, 0.8f, 0.5f},
+    {"frequency -0.6 over 12, top-k 30", 1.2f, 30, 1.0f, 0.0f, 1.0f, 12, 0.0f, -0.6f},
+    {"penalty 1.2, presence 0.4, frequency 0.9, top-p 0.85", 0.8f, 0, 0.85f, 0.0f, 1.2f, 64, 0.4f,
+     0.9f},
+    {"greedy, presence 1.5", 0.0f, 0, 1.0f, 0.0f, 1.0f, 64, 1.5f},
+    {"logit bias", 1.0f, 0, 1.0f, 0.0f, 1.0f, 64, 0.0f, 0.0f, true},
+    {"logit bias, min-p 0.05, frequency 0.3", 0.9f, 0, 1.0f, 0.05f, 1.0f, 64, 0.0f, 0.3f, true},
+    {"greedy, logit bias", 0.0f, 0, 1.0f, 0.0f, 1.0f, 64, 0.0f, 0.0f, true},
 };
 
 // The distribution photon.h defines, computed directly in float64.
@@ -76,10 +93,16 @@ Distribution reference(const std::vector<float>& logits, const Options& o,
                        const std::vector<int32_t>& history) {
   const int vocab = static_cast<int>(logits.size());
   std::vector<double> z(logits.begin(), logits.end());
-  if (o.penalty != 1.0f && o.last_n > 0) {
+  if (o.biased)
+    for (const LogitBias& entry : Options::kBias) z[entry.token] += entry.bias;
+  if (o.last_n > 0) {
     const size_t n = std::min(history.size(), static_cast<size_t>(o.last_n));
-    for (int32_t t : std::set<int32_t>(history.end() - static_cast<long>(n), history.end()))
+    std::map<int32_t, int> counts;
+    for (auto t = history.end() - static_cast<long>(n); t != history.end(); ++t) ++counts[*t];
+    for (const auto& [t, count] : counts) {
       z[t] = z[t] > 0 ? z[t] / o.penalty : z[t] * o.penalty;
+      z[t] -= o.presence + count * double(o.frequency);
+    }
   }
   std::vector<int32_t> ranked(vocab);
   std::iota(ranked.begin(), ranked.end(), 0);

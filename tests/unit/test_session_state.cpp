@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/session_state.h"
 #include "format/data_hash.h"
 #include "photon.h"
 #include "session_generated.h"
@@ -237,7 +238,7 @@ TEST_F(SessionState, RefusesForeignNewerDamagedAndTruncatedStates) {
 
   std::vector<uint8_t> newer = blob;
   auto* state = photon::fb::GetMutableSizePrefixedSessionState(newer.data());
-  ASSERT_TRUE(state->mutate_format_version(4));
+  ASSERT_TRUE(state->mutate_format_version(photon::kSessionFormatVersion + 1));
   const uint64_t hash = photon::hash_data_section(newer.data(), newer.size() - 8);
   for (int i = 0; i < 8; ++i) newer[newer.size() - 8 + i] = static_cast<uint8_t>(hash >> (8 * i));
   EXPECT_EQ(restore(models_[2], newer), PHOTON_ERR_UNSUPPORTED_VERSION);

@@ -18,17 +18,10 @@ int32_t argmax(const float* logits, int vocab) {
 
 int32_t Sampler::sample(const SamplerConfig& cfg, float* logits, int vocab, int64_t position,
                         std::span<const int32_t> recent) {
-  if (cfg.penalized()) {
-    // CTRL penalty, once per distinct token in the window.
-    const size_t n = std::min<size_t>(recent.size(), static_cast<size_t>(cfg.repetition_last_n));
-    std::vector<int32_t> seen(recent.end() - n, recent.end());
-    std::sort(seen.begin(), seen.end());
-    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
-    for (int32_t t : seen) {
-      float& l = logits[t];
-      l = l > 0.0f ? l / cfg.repetition_penalty : l * cfg.repetition_penalty;
-    }
-  }
+  for (const LogitBias& entry : cfg.logit_bias) logits[entry.token] += entry.bias;
+  if (cfg.penalized())
+    for (const auto& [token, count] : penalty_counts(cfg, recent))
+      logits[token] = penalized_logit(cfg, logits[token], count);
   if (cfg.temperature <= 0.0f) return argmax(logits, vocab);
 
   // Candidates by descending logit (ties by id), cut by top-k, then softmax at the temperature.

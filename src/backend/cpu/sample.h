@@ -1,5 +1,5 @@
-// Token sampling on the CPU, the reference of every backend's sampler: repetition penalty, then
-// greedy, or temperature with top-k, top-p and min-p (photon.h states the semantics), with the
+// Token sampling on the CPU, the reference of every backend's sampler: logit bias and penalties,
+// then greedy, or temperature with top-k, top-p and min-p (photon.h states the semantics), with the
 // counter-based draw sample_uniform(seed, position) of core/sampling.h.
 #pragma once
 
@@ -15,7 +15,7 @@ namespace photon::cpu {
 class Sampler {
  public:
   // Picks the token for `position` from raw logits [vocab] (modified in place) as include/photon.h
-  // defines it. `recent` holds the history the repetition penalty looks at. The draw
+  // defines it. `recent` holds the history the penalties look at. The draw
   // u = sample_uniform(seed, position) takes the first kept token whose cumulative probability
   // exceeds u, walking the tokens ranked by probability when top-k, top-p or min-p is on, else in
   // id order (tests/unit/test_sampling.cpp checks exactly this).

@@ -222,9 +222,12 @@ void CudaBackend::do_sample(const Tensor& logits, std::span<const SampleRequest>
   std::vector<SampleParams> params;
   params.reserve(rows.size());
   int recent_stride = 0;
+  std::vector<LogitBias> bias;  // every row's entries, one after another
   for (const SampleRequest& r : rows) {
-    params.push_back(make_sample_params(*r.config, r.position, r.history.size()));
+    params.push_back(make_sample_params(*r.config, r.position, r.history.size(),
+                                        as_int(static_cast<int64_t>(bias.size()))));
     recent_stride = std::max(recent_stride, params.back().recent_len);
+    bias.insert(bias.end(), r.config->logit_bias.begin(), r.config->logit_bias.end());
   }
   // Each row's penalty window: the last recent_len tokens of its history.
   std::vector<int32_t> recent(static_cast<size_t>(n) * recent_stride, 0);
@@ -239,11 +242,13 @@ void CudaBackend::do_sample(const Tensor& logits, std::span<const SampleRequest>
   const int chunk = workspace_needed ? std::min(n, kSampleRows) : n;
   const size_t workspace_bytes = workspace_needed ? sample_workspace_bytes(chunk, vocab) : 0;
   reserve_scratch(bytes_of<SampleParams>(params.size()) + bytes_of<int32_t>(recent.size()) +
-                      workspace_bytes + bytes_of<int32_t>(n) + bytes_of<float>(n),
-                  5);
+                      bytes_of<LogitBias>(bias.size()) + workspace_bytes + bytes_of<int32_t>(n) +
+                      bytes_of<float>(n),
+                  6);
   ArenaScope scope(scratch_);
   const SampleParams* staged_params = stage(std::span<const SampleParams>(params), "sampler");
   const int32_t* staged_recent = stage(std::span<const int32_t>(recent), "sampler history");
+  const LogitBias* staged_bias = stage(std::span<const LogitBias>(bias), "logit bias");
   void* workspace =
       workspace_needed ? scratch_.take_bytes(workspace_bytes, "sampler rows") : nullptr;
   int32_t* device_tokens = scratch_.take<int32_t>(n, "sampled tokens");
@@ -254,9 +259,9 @@ void CudaBackend::do_sample(const Tensor& logits, std::span<const SampleRequest>
     const int count = std::min(chunk, n - r0);
     sample_launch(all + static_cast<size_t>(r0) * vocab, count, vocab, staged_params + r0,
                   staged_recent ? staged_recent + static_cast<size_t>(r0) * recent_stride : nullptr,
-                  recent_stride, workspace, device_tokens + r0, stream());
+                  recent_stride, staged_bias, workspace, device_tokens + r0, stream());
   }
-  // The log-probability of each sampled token under the raw logits (the penalty is the
+  // The log-probability of each sampled token under the raw logits (bias and penalties are the
   // sampler's, not the model's).
   log_softmax(all, n, vocab, device_tokens, device_logprobs, stream());
   auto* host = static_cast<char*>(pinned(bytes_of<int32_t>(n) + bytes_of<float>(n)));

@@ -43,11 +43,20 @@ __device__ inline double sample_uniform(uint64_t seed, int64_t position) {
   return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);
 }
 
-// A row that penalises repetitions edits a copy of its logits; one that ranks candidates (top-k,
+// A row that biases or penalises logits edits a copy of them; one that ranks candidates (top-k,
 // top-p, min-p) sorts keys and stores running sums. Both live in the row's workspace; greedy and
 // plain-temperature rows read the logits in place and need none.
 __host__ __device__ inline bool penalized(const SampleParams& p) {
-  return p.repetition_penalty != 1.0f && p.recent_len > 0;
+  return p.recent_len > 0;
+}
+__host__ __device__ inline bool edited(const SampleParams& p) {
+  return penalized(p) || p.bias_count > 0;
+}
+
+// photon::penalized_logit (core/sampling.h), bit for bit.
+__device__ inline float penalized_logit(const SampleParams& p, float logit, int count) {
+  const float l = logit > 0.0f ? logit / p.repetition_penalty : logit * p.repetition_penalty;
+  return l - fmaf(static_cast<float>(count), p.frequency_penalty, p.presence_penalty);
 }
 __host__ __device__ inline bool ranked(const SampleParams& p, int vocab) {
   return p.temperature > 0.0f &&
@@ -146,11 +155,12 @@ __device__ double block_exclusive_scan(double value, double* scratch) {
 }
 
 // One block per row; mirrors Sampler::sample step by step.
-// logits: [n, vocab]; params: [n]; recent: [n, recent_stride]; tokens: [n].
+// logits: [n, vocab]; params: [n]; recent: [n, recent_stride]; bias: the rows' logit bias
+// entries; tokens: [n].
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const float* logits, int vocab, const SampleParams* params, const int32_t* recent,
-                  int recent_stride, char* workspace, size_t stride_bytes, int padded_vocab,
-                  int32_t* tokens) {
+                  int recent_stride, const LogitBias* bias, char* workspace, size_t stride_bytes,
+                  int padded_vocab, int32_t* tokens) {
   __shared__ float float_scratch[32];
   __shared__ int int_scratch[32];
   __shared__ double double_scratch[32];
@@ -161,20 +171,27 @@ __global__ void __launch_bounds__(kThreads)
   const float* logit_row = logits + static_cast<size_t>(row) * vocab;
   const float* values = logit_row;
   // The row's workspace: null for rows that need none (sample_needs_workspace).
-  char* base = penalized(p) || ranked(p, vocab) ? workspace + row * stride_bytes : nullptr;
-  if (penalized(p)) {
+  char* base = edited(p) || ranked(p, vocab) ? workspace + row * stride_bytes : nullptr;
+  if (edited(p)) {
     float* copy = reinterpret_cast<float*>(base);
     for (int i = tid; i < vocab; i += kThreads) copy[i] = logit_row[i];
     __syncthreads();
-    // CTRL penalty once per distinct token: the first occurrence in the window applies it.
+    // The bias's ids are distinct, so each entry has its logit to itself.
+    for (int b = tid; b < p.bias_count; b += kThreads) {
+      const LogitBias entry = bias[p.bias_begin + b];
+      copy[entry.token] += entry.bias;
+    }
+    __syncthreads();
+    // Penalties once per distinct token: its first occurrence in the window counts them all.
     const int32_t* window = recent + static_cast<size_t>(row) * recent_stride;
     for (int t = tid; t < p.recent_len; t += kThreads) {
       const int32_t token = window[t];
       bool first = token >= 0 && token < vocab;
       for (int u = 0; u < t && first; ++u) first = window[u] != token;
       if (first) {
-        const float l = copy[token];
-        copy[token] = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
+        int count = 1;
+        for (int u = t + 1; u < p.recent_len; ++u) count += window[u] == token;
+        copy[token] = penalized_logit(p, copy[token], count);
       }
     }
     __syncthreads();
@@ -296,15 +313,15 @@ size_t sample_workspace_bytes(int n, int vocab) {
 
 bool sample_needs_workspace(std::span<const SampleParams> params, int vocab) {
   return std::any_of(params.begin(), params.end(),
-                     [vocab](const SampleParams& p) { return penalized(p) || ranked(p, vocab); });
+                     [vocab](const SampleParams& p) { return edited(p) || ranked(p, vocab); });
 }
 
 void sample_launch(const float* logits, int n, int vocab, const SampleParams* params,
-                   const int32_t* recent, int recent_stride, void* workspace, int32_t* tokens,
-                   cudaStream_t stream) {
+                   const int32_t* recent, int recent_stride, const LogitBias* bias, void* workspace,
+                   int32_t* tokens, cudaStream_t stream) {
   if (n <= 0) return;
   check(vocab > 0, PHOTON_ERR_INTERNAL, "cuda::sample: empty vocabulary");
-  sample_kernel<<<n, kThreads, 0, stream>>>(logits, vocab, params, recent, recent_stride,
+  sample_kernel<<<n, kThreads, 0, stream>>>(logits, vocab, params, recent, recent_stride, bias,
                                             static_cast<char*>(workspace), row_bytes(vocab),
                                             power_of_two_at_least(vocab), tokens);
   check_launch("sample_kernel");
