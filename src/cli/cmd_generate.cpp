@@ -102,6 +102,30 @@ void apply_flags(const Args& args, photon_session_options* o) {
                       last_n ? parse_int32(*last_n, "--repeat-last-n") : 64),
                   penalty ? "--repeat-penalty" : "--repeat-last-n");
   }
+  if (auto text = args.value("presence-penalty")) {
+    check_setting(
+        photon_session_options_set_presence_penalty(o, parse_float(*text, "--presence-penalty")),
+        "--presence-penalty");
+  }
+  if (auto text = args.value("frequency-penalty")) {
+    check_setting(
+        photon_session_options_set_frequency_penalty(o, parse_float(*text, "--frequency-penalty")),
+        "--frequency-penalty");
+  }
+  if (args.has("logit-bias")) {
+    std::vector<int32_t> tokens;
+    std::vector<float> biases;
+    for (const std::string& entry : args.values("logit-bias")) {
+      const size_t equals = entry.find('=');
+      if (equals == std::string::npos)
+        throw UsageError("--logit-bias: expected ID=BIAS, got '" + entry + "'");
+      tokens.push_back(parse_int32(entry.substr(0, equals), "--logit-bias"));
+      biases.push_back(parse_float(entry.substr(equals + 1), "--logit-bias"));
+    }
+    check_setting(
+        photon_session_options_set_logit_bias(o, tokens.data(), biases.data(), tokens.size()),
+        "--logit-bias");
+  }
   if (args.has("ignore-eos")) {
     check_setting(photon_session_options_set_ignore_eos(o, 1), "--ignore-eos");
   }
@@ -174,6 +198,9 @@ int run_generate(const std::vector<std::string>& argv) {
              {"min-p"},
              {"repeat-penalty"},
              {"repeat-last-n"},
+             {"presence-penalty"},
+             {"frequency-penalty"},
+             {"logit-bias"},
              {"seed"},
              {"stop"},
              {"ctx"},
@@ -332,7 +359,13 @@ const Command kGenerateCommand = {
     "  --top-p P            nucleus sampling, P in (0, 1] (default 1)\n"
     "  --min-p P            drop tokens below P times the top probability, P in [0, 1)\n"
     "  --repeat-penalty X   repetition penalty >= 1 (default 1, off)\n"
-    "  --repeat-last-n N    tokens of history the penalty looks at (default 64)\n"
+    "  --presence-penalty X subtract X from the logit of each token in the penalty window\n"
+    "                       (default 0, off; negative favours repeats)\n"
+    "  --frequency-penalty X\n"
+    "                       subtract X times each token's count in the penalty window\n"
+    "  --repeat-last-n N    the penalty window: tokens of history the penalties look at\n"
+    "                       (default 64)\n"
+    "  --logit-bias ID=B    add B to token ID's logit before sampling (repeatable; -100 bans)\n"
     "  --seed S             sampler seed (default 0): same seed, same output\n"
     "  --stop STR           stop once the generated text contains STR (repeatable)\n"
     "  --ctx N              session context length, at most the model's (default: the model's)\n"

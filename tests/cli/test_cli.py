@@ -179,7 +179,9 @@ def group_errors():
         ("--min-p", "1"), ("--repeat-penalty", "0.5"), ("--repeat-last-n", "x"),
         ("--mode", "fast"), ("--seed", "-1"), ("--seed", "seven"), ("--ctx", "0"),
         ("--ctx", "abc"), ("--ctx", "99999999"), ("--stop", ""), ("--top-k", "1e3"),
-        ("--kv-type", "f8"), ("--kv-type", "BF16"),
+        ("--kv-type", "f8"), ("--kv-type", "BF16"), ("--presence-penalty", "inf"),
+        ("--frequency-penalty", "x"), ("--logit-bias", "5"), ("--logit-bias", "x=1"),
+        ("--logit-bias", "5=nan"), ("--logit-bias", "-1=2"),
     ]
     for flag, value in bad_values:
         expect_failure(photon("generate", "-m", m, "--tokens", "1,2", flag, value), 2, "generate",
@@ -694,6 +696,16 @@ def group_generate():
                 32]
     first = generate(*sampling, "--seed", 7)
     check(first == generate(*sampling, "--seed", 7), "same seed, same output")
+    penalized = sampling + ["--presence-penalty", 0.5, "--frequency-penalty", 0.5]
+    check(generate(*penalized, "--seed", 7) != first, "the penalties change the draw")
+    _, greedy = generate("--tokens", "1,2,3", "-n", 8, "--ignore-eos")
+    banned = greedy["tokens"][0]
+    _, out = generate("--tokens", "1,2,3", "-n", 8, "--ignore-eos", "--logit-bias",
+                      "%d=-100" % banned)
+    check(banned not in out["tokens"], "--logit-bias %d=-100 bans it: %s" % (banned, out))
+    result = photon("generate", "-m", m, "--tokens", "1,2", "--logit-bias", "%d=1" % info["vocab_size"])
+    check(result.rc != 0 and "outside the model's vocabulary" in result.err,
+          "a biased id outside the vocabulary\n" + result.describe())
     check(generate("--tokens", "1,2,3", "-n", 8) == generate("--tokens", "1,2,3", "-n", 8),
           "greedy is deterministic")
 
