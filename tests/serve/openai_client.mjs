@@ -1,6 +1,6 @@
 // The official `openai` client for Node against photon serve: models, completions and chat
-// completions, each streamed and not, and errors as the client's own classes. Prints one JSON
-// object for test_serve.py to compare with photon generate.
+// completions, each streamed and not, n choices, penalties and a logit bias, and errors as the
+// client's own classes. Prints one JSON object for test_serve.py to compare with photon generate.
 //
 // usage: node openai_client.mjs BASE_URL API_KEY MODEL PROMPT MESSAGES_JSON
 import OpenAI from 'openai';
@@ -46,6 +46,13 @@ const two = await client.chat.completions.create({
   model, messages, max_tokens: 8, temperature: 0.9, seed: 11, n: 2,
 });
 out.chat_choices = two.choices.map((c) => ({ index: c.index, text: c.message.content }));
+
+// OpenAI's penalties and a logit bias (token 5 favoured), as the client sends them.
+const penalized = await client.completions.create({
+  model, prompt, max_tokens: 16, temperature: 0.8, seed: 3, presence_penalty: 0.7,
+  frequency_penalty: 0.4, logit_bias: { 5: 2.5 },
+});
+out.penalized = { text: penalized.choices[0].text };
 
 // Errors arrive as the client's error classes with their status.
 async function failure(call) {

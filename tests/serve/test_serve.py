@@ -414,6 +414,25 @@ def group_api():
         out = completion(s, prompt, 24, **sampling)
         check(out["tokens"] == ref["tokens"], "seeded sampling = generate's")
 
+        # OpenAI's penalties and logit bias, over a penalty window of 512, are generate's flags.
+        _, greedy = generate(KJV, "-p", prompt, "-n", 24)
+        banned = greedy["tokens"][2]
+        _, plain = generate(KJV, "-p", prompt, "-n", 24, "--temperature", 0.8, "--seed", 3)
+        _, ref = generate(KJV, "-p", prompt, "-n", 24, "--temperature", 0.8, "--seed", 3,
+                          "--presence-penalty", 0.7, "--frequency-penalty", 0.4,
+                          "--repeat-last-n", 512, "--logit-bias", "%d=-100" % banned,
+                          "--logit-bias", "5=2.5")
+        out = completion(s, prompt, 24, temperature=0.8, seed=3, presence_penalty=0.7,
+                         frequency_penalty=0.4, repeat_last_n=512,
+                         logit_bias={str(banned): -100, "5": 2.5})
+        check(out["tokens"] == ref["tokens"], "penalties and logit bias = generate's")
+        check(ref["tokens"] != plain["tokens"] and banned not in ref["tokens"],
+              "the penalties and the bias change the draw; a bias of -100 bans token %d" % banned)
+        out = completion(s, prompt, 24, temperature=0, logit_bias={str(banned): -100})
+        first = greedy["tokens"].index(banned)
+        check(banned not in out["tokens"] and out["tokens"][:first] == greedy["tokens"][:first],
+              "greedy decoding with a banned token: %s vs %s" % (out["tokens"], greedy["tokens"]))
+
         # A stop string: the reply ends before it, finish_reason stop.
         full_text, _ = generate(KJV, "-p", prompt, "-n", 30, "--ignore-eos")
         words = full_text.split(" ")
@@ -454,9 +473,9 @@ def group_api():
         values = s.metrics()
         counted = (values.get('photon_http_requests_total{route="/v1/completions",status="200"}'),
                    values.get('photon_http_requests_total{route="/v1/chat/completions",status="200"}'))
-        check(counted == (10, 3), "requests by route and status: %s" % (counted,))
-        check(values.get("photon_request_first_token_seconds_count") == 13
-              and values.get('photon_request_queue_seconds_bucket{le="+Inf"}') == 13,
+        check(counted == (12, 3), "requests by route and status: %s" % (counted,))
+        check(values.get("photon_request_first_token_seconds_count") == 15
+              and values.get('photon_request_queue_seconds_bucket{le="+Inf"}') == 15,
               "queue and first-token histograms: one observation per request")
         for name in ["photon_engine_requests_running", "photon_engine_requests_waiting",
                      "photon_engine_requests_paused", "photon_engine_generated_tokens_total",
@@ -602,8 +621,9 @@ def group_errors():
                                     ("n", 17, "n"), ("n", 0, "n"), ("best_of", 3, "best_of"),
                                     ("logprobs", 3, "logprobs"), ("echo", True, "echo"),
                                     ("tools", [{"type": "function"}], "tools"),
-                                    ("logit_bias", {"5": 1}, "logit_bias"),
-                                    ("presence_penalty", 0.5, "presence_penalty"),
+                                    ("logit_bias", {"5": 101}, "logit_bias"),
+                                    ("logit_bias", {"4096": 1}, "logit_bias"),
+                                    ("presence_penalty", 2.5, "presence_penalty"),
                                     ("response_format", {"type": "json_object"}, "response_format")]:
             status, _, out = post(dict(body, **{field: value}))
             expect_error(status, out, 400, field, param, what="%s=%r" % (field, value))
@@ -1215,6 +1235,11 @@ def group_openai_node():
                                     "--stop", TRANSCRIPT_STOP)[0], [TRANSCRIPT_STOP]) for i in range(2)]
     check(got["chat_choices"] == [{"index": i, "text": choices[i]} for i in range(2)],
           "chat.completions.create n=2: %s vs %s" % (got["chat_choices"], choices))
+    penalized_text, _ = generate(KJV, "-p", prompt, "-n", 16, "--temperature", 0.8, "--seed", 3,
+                                 "--presence-penalty", 0.7, "--frequency-penalty", 0.4,
+                                 "--logit-bias", "5=2.5")
+    check(got["penalized"]["text"] == penalized_text,
+          "completions.create with penalties and logit_bias: %r vs %r" % (got["penalized"]["text"], penalized_text))
     check(got["errors"] == {"bad_key": ["AuthenticationError", 401], "bad_model": ["NotFoundError", 404],
                             "bad_n": ["BadRequestError", 400]}, "errors as the client's classes: %s" % got["errors"])
 

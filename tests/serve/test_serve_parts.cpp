@@ -138,7 +138,8 @@ TEST(ServeRequest, ReadsEveryFieldOfACompletion) {
           "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 42, "stop": ["a", "b"],
           "stream": true, "stream_options": {"include_usage": true}, "logprobs": 0,
           "repetition_penalty": 1.1, "ignore_eos": true, "return_token_ids": true,
-          "user": "someone", "n": 1, "presence_penalty": 0, "logit_bias": {}})");
+          "user": "someone", "n": 1, "presence_penalty": -0.5, "frequency_penalty": 1.5,
+          "repeat_last_n": -1, "logit_bias": {"0": -100, "42": 2.5}})");
   EXPECT_EQ(r.model, "m");
   EXPECT_EQ(r.prompt_text, "In the beginning");
   EXPECT_EQ(r.max_tokens, 7);
@@ -151,6 +152,11 @@ TEST(ServeRequest, ReadsEveryFieldOfACompletion) {
   EXPECT_TRUE(r.stream && r.include_usage && r.logprobs && r.return_token_ids);
   EXPECT_TRUE(r.sampling.ignore_eos);
   EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.1f);
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, 1.5f);
+  EXPECT_EQ(r.sampling.repeat_last_n, -1);
+  const std::vector<std::pair<int32_t, float>> bias = {{0, -100.0f}, {42, 2.5f}};
+  EXPECT_EQ(r.sampling.logit_bias, bias);
 }
 
 TEST(ServeRequest, ChoicesUpToSixteen) {
@@ -247,8 +253,18 @@ TEST(ServeRequest, WrongTypesAndRangesNameTheField) {
       {R"("suffix":"end")", "suffix"},
       {R"("tools":[{"type":"function"}])", "tools"},
       {R"("tool_choice":"auto")", "tool_choice"},
-      {R"("logit_bias":{"1":5})", "logit_bias"},
-      {R"("frequency_penalty":0.5)", "frequency_penalty"},
+      {R"("logit_bias":[5])", "logit_bias"},
+      {R"("logit_bias":{"x":5})", "logit_bias"},
+      {R"("logit_bias":{"-1":5})", "logit_bias"},
+      {R"("logit_bias":{"01":5})", "logit_bias"},
+      {R"("logit_bias":{"4294967296":5})", "logit_bias"},
+      {R"("logit_bias":{"1":101})", "logit_bias"},
+      {R"("logit_bias":{"1":"5"})", "logit_bias"},
+      {R"("presence_penalty":2.5)", "presence_penalty"},
+      {R"("frequency_penalty":-3)", "frequency_penalty"},
+      {R"("frequency_penalty":"high")", "frequency_penalty"},
+      {R"("repeat_last_n":-2)", "repeat_last_n"},
+      {R"("repeat_last_n":1.5)", "repeat_last_n"},
       {R"("response_format":{"type":"json_object"})", "response_format"},
       {R"("repetition_penalty":0.5)", "repetition_penalty"},
       {R"("model":5)", "model"},

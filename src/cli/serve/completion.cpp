@@ -18,7 +18,6 @@ using nlohmann::ordered_json;
 // 499: the client closed the connection before the reply (nginx's convention), for the metrics.
 constexpr int kClientClosed = 499;
 constexpr int32_t kCompletionsDefaultMaxTokens = 16;  // OpenAI's default for /v1/completions
-constexpr int32_t kRepetitionWindow = 64;
 
 const char* finish_reason(photon_stop_reason reason) {
   // EOS and stop strings end a reply where the model or the client meant it to; everything else
@@ -334,6 +333,12 @@ class Completion final : public std::enable_shared_from_this<Completion> {
                             std::to_string(m.vocab_size) + ")",
                         "invalid_token");
     }
+    for (const auto& [token, bias] : req_.sampling.logit_bias)
+      if (token >= m.vocab_size)
+        throw bad_field("logit_bias",
+                        "'logit_bias' names token " + std::to_string(token) +
+                            ", outside the vocabulary [0, " + std::to_string(m.vocab_size) + ")",
+                        "invalid_token");
     if (n >= m.context)
       throw bad_field(param,
                       "the prompt has " + std::to_string(n) + " tokens and the context holds " +
@@ -419,9 +424,22 @@ class Completion final : public std::enable_shared_from_this<Completion> {
     require_ok(photon_session_options_set_top_k(o, s.top_k), "top_k");
     require_ok(photon_session_options_set_top_p(o, s.top_p), "top_p");
     require_ok(photon_session_options_set_min_p(o, s.min_p), "min_p");
-    require_ok(
-        photon_session_options_set_repetition_penalty(o, s.repetition_penalty, kRepetitionWindow),
-        "repetition_penalty");
+    const int32_t window = s.repeat_last_n < 0 ? m.context : s.repeat_last_n;
+    require_ok(photon_session_options_set_repetition_penalty(o, s.repetition_penalty, window),
+               "repetition_penalty");
+    require_ok(photon_session_options_set_presence_penalty(o, s.presence_penalty),
+               "presence_penalty");
+    require_ok(photon_session_options_set_frequency_penalty(o, s.frequency_penalty),
+               "frequency_penalty");
+    std::vector<int32_t> bias_tokens;
+    std::vector<float> biases;
+    for (const auto& [token, bias] : s.logit_bias) {
+      bias_tokens.push_back(token);
+      biases.push_back(bias);
+    }
+    require_ok(photon_session_options_set_logit_bias(o, bias_tokens.data(), biases.data(),
+                                                     bias_tokens.size()),
+               "logit_bias");
     require_ok(photon_session_options_set_seed(o, seed), "seed");
     require_ok(photon_session_options_set_ignore_eos(o, s.ignore_eos ? 1 : 0), "ignore_eos");
     for (const std::string& stop : stops_)

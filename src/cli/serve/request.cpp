@@ -1,8 +1,10 @@
 #include "serve/request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "serve/api_error.h"
 
@@ -105,16 +107,6 @@ json parse_body(std::string_view body) {
 
 // Fields whose meaning the server cannot honour: refused unless they hold their neutral value.
 void refuse_unsupported(const json& body, Endpoint endpoint) {
-  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
-    if (const json* v = find(body, name); v && number(*v, name) != 0.0)
-      throw bad_field(name, quote(name) +
-                                " is not supported (use 'repetition_penalty', a multiplicative "
-                                "penalty >= 1 on the logits of recent tokens)");
-  }
-  if (const json* v = find(body, "logit_bias")) {
-    if (!v->is_object()) throw wrong_type("logit_bias", "an object", *v);
-    if (!v->empty()) throw bad_field("logit_bias", "'logit_bias' is not supported");
-  }
   for (const char* name : {"tools", "functions"}) {
     if (const json* v = find(body, name)) {
       if (!v->is_array()) throw wrong_type(name, "an array", *v);
@@ -254,6 +246,29 @@ void parse_stop(const json& body, Sampling& s) {
   }
 }
 
+// logit_bias: {"token id": bias in [-100, 100], ...}, as OpenAI's (ids checked against the
+// vocabulary once the model is known).
+void parse_logit_bias(const json& body, Sampling& s) {
+  const json* v = find(body, "logit_bias");
+  if (!v) return;
+  if (!v->is_object()) throw wrong_type("logit_bias", "an object", *v);
+  // Keys are distinct strings; without leading zeros they are distinct ids too.
+  for (const auto& [key, value] : v->items()) {
+    const bool canonical =
+        !key.empty() && key.size() <= 10 && (key == "0" || key[0] != '0') &&
+        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const int64_t id = canonical ? std::stoll(key) : -1;
+    if (id < 0 || id > std::numeric_limits<int32_t>::max())
+      throw bad_field("logit_bias",
+                      "'logit_bias' has the key \"" + key.substr(0, 32) + "\", not a token id");
+    const double bias = number(value, "logit_bias");
+    if (!(bias >= -100.0 && bias <= 100.0))
+      throw bad_field("logit_bias", "'logit_bias' gives token " + key + " the bias " +
+                                        value.dump() + ", outside [-100, 100]");
+    s.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
+  }
+}
+
 void parse_sampling(const json& body, Sampling& s) {
   s.temperature = ranged(body, "temperature", 0.0, 2.0, false, s.temperature);
   s.top_p = ranged(body, "top_p", 0.0, 1.0, true, s.top_p);
@@ -267,6 +282,17 @@ void parse_sampling(const json& body, Sampling& s) {
   }
   s.repetition_penalty =
       ranged(body, "repetition_penalty", 1.0, 100.0, false, s.repetition_penalty);
+  s.presence_penalty = ranged(body, "presence_penalty", -2.0, 2.0, false, s.presence_penalty);
+  s.frequency_penalty = ranged(body, "frequency_penalty", -2.0, 2.0, false, s.frequency_penalty);
+  if (const json* v = find(body, "repeat_last_n")) {
+    const int64_t n = integer(*v, "repeat_last_n");
+    if (n < -1 || n > std::numeric_limits<int32_t>::max())
+      throw bad_field("repeat_last_n",
+                      "'repeat_last_n' must be -1 (the whole context) or a count >= 0, got " +
+                          std::to_string(n));
+    s.repeat_last_n = static_cast<int32_t>(n);
+  }
+  parse_logit_bias(body, s);
   if (const json* v = find(body, "seed")) s.seed = static_cast<uint64_t>(integer(*v, "seed"));
   if (const json* v = find(body, "ignore_eos")) s.ignore_eos = boolean(*v, "ignore_eos");
   parse_stop(body, s);

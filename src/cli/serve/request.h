@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace photon::serve {
@@ -25,7 +26,11 @@ struct Sampling {
   int32_t top_k = 0;
   float min_p = 0.0f;
   float repetition_penalty = 1.0f;
-  std::optional<uint64_t> seed;  // none: a fresh seed per request
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int32_t repeat_last_n = 64;                         // the penalty window; -1: the whole context
+  std::vector<std::pair<int32_t, float>> logit_bias;  // in the order given
+  std::optional<uint64_t> seed;                       // none: a fresh seed per request
   bool ignore_eos = false;
   std::vector<std::string> stop;
 };
