@@ -197,8 +197,33 @@ class SessionOptions {
     detail::check(photon_session_options_set_min_p(get(), min_p));
     return *this;
   }
+  // last_n is the window of every penalty, the presence and frequency ones included.
   SessionOptions& set_repetition_penalty(float penalty, int last_n) {
     detail::check(photon_session_options_set_repetition_penalty(get(), penalty, last_n));
+    return *this;
+  }
+  // An id that occurs c times in the penalty window loses presence + c * frequency from its
+  // logit (0: off; photon_session_options_set_presence_penalty).
+  SessionOptions& set_presence_penalty(float presence) {
+    detail::check(photon_session_options_set_presence_penalty(get(), presence));
+    return *this;
+  }
+  SessionOptions& set_frequency_penalty(float frequency) {
+    detail::check(photon_session_options_set_frequency_penalty(get(), frequency));
+    return *this;
+  }
+  // Replaces the logit biases: biases[i] is added to the logit of tokens[i] (distinct ids);
+  // empty lists clear them (photon_session_options_set_logit_bias).
+  SessionOptions& set_logit_bias(const TokenIds& tokens, const Logprobs& biases) {
+    // The C call takes one count for both arrays: a shorter one would be read past its end.
+    if (tokens.size() != biases.size()) {
+      throw PhotonError(PHOTON_ERR_INVALID_ARGUMENT,
+                        "photon: logit bias for " + std::to_string(tokens.size()) +
+                            " tokens with " + std::to_string(biases.size()) +
+                            " biases (one per token)");
+    }
+    detail::check(
+        photon_session_options_set_logit_bias(get(), tokens.data(), biases.data(), tokens.size()));
     return *this;
   }
   SessionOptions& set_ignore_eos(bool ignore_eos) {

@@ -147,11 +147,15 @@ using System.Runtime.InteropServices;
   }
 
   [DllImport("$dllimport")]
+  static extern IntPtr photon_csharp_floats_new(float[] data, int size);
+  [DllImport("$dllimport")]
   internal static extern int photon_csharp_floats_size(IntPtr vector);
   [DllImport("$dllimport")]
   internal static extern void photon_csharp_floats_copy(IntPtr vector, [Out] float[] output);
   [DllImport("$dllimport")]
   internal static extern void photon_csharp_floats_free(IntPtr vector);
+  internal static IntPtr NewFloats(float[] data, string name) =>
+      photon_csharp_floats_new(data ?? throw new ArgumentNullException(name), data.Length);
 %}
 
 /* Errors: PhotonException for a failed call, ObjectDisposedException after Dispose. */
@@ -176,7 +180,7 @@ using System.Runtime.InteropServices;
 %}
 %enddef
 
-/* photon_binding::Bytes <-> byte[], TokenIds <-> int[], Logprobs -> float[]. */
+/* photon_binding::Bytes <-> byte[], TokenIds <-> int[], Logprobs <-> float[] (logit biases in). */
 %define PHOTON_CSHARP_ARRAY(CTYPE, CSTYPE, NAME)
 %typemap(ctype) CTYPE, const CTYPE & "void *"
 %typemap(imtype) CTYPE, const CTYPE & "global::System.IntPtr"
@@ -197,14 +201,24 @@ using System.Runtime.InteropServices;
 PHOTON_CSHARP_ARRAY(photon_binding::Bytes, byte, bytes)
 PHOTON_CSHARP_ARRAY(photon_binding::TokenIds, int, ids)
 PHOTON_CSHARP_ARRAY(photon_binding::Logprobs, float, floats)
+/* An array argument becomes its native vector as the call's arguments are evaluated, inside the
+ * try whose finally frees it (freeing Zero does nothing): when a later argument throws
+ * (SetLogitBias(tokens, null)), the vectors made before it are freed too. */
 %typemap(csin,
-    pre="    var native$csinput = $imclassname.NewBytes($csinput, nameof($csinput));",
+    pre="    var native$csinput = global::System.IntPtr.Zero;",
     post="      $imclassname.photon_csharp_bytes_free(native$csinput);")
-    const photon_binding::Bytes & "native$csinput"
+    const photon_binding::Bytes &
+    "native$csinput = $imclassname.NewBytes($csinput, nameof($csinput))"
 %typemap(csin,
-    pre="    var native$csinput = $imclassname.NewIds($csinput, nameof($csinput));",
+    pre="    var native$csinput = global::System.IntPtr.Zero;",
     post="      $imclassname.photon_csharp_ids_free(native$csinput);")
-    const photon_binding::TokenIds & "native$csinput"
+    const photon_binding::TokenIds &
+    "native$csinput = $imclassname.NewIds($csinput, nameof($csinput))"
+%typemap(csin,
+    pre="    var native$csinput = global::System.IntPtr.Zero;",
+    post="      $imclassname.photon_csharp_floats_free(native$csinput);")
+    const photon_binding::Logprobs &
+    "native$csinput = $imclassname.NewFloats($csinput, nameof($csinput))"
 
 /* std::vector<TokenIds> <- IList<int[]> (prefill_batch: one token array per session; only Session
  * takes one, and it imports System.Collections.Generic). */

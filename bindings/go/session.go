@@ -3,13 +3,14 @@ package photon
 import (
 	"errors"
 	"runtime"
+	"sort"
 
 	"photon.sdk/photon/internal/native"
 )
 
 // SessionOptions are the settings of a session. The zero value holds the defaults: mode Auto,
-// the model's context length, f32 KV caches, seed 0, greedy decoding, no top-k / top-p / min-p /
-// repetition penalty, stop at EOS, no stop strings.
+// the model's context length, f32 KV caches, seed 0, greedy decoding, no top-k / top-p / min-p,
+// no repetition / presence / frequency penalty, no logit bias, stop at EOS, no stop strings.
 type SessionOptions struct {
 	Mode              Mode
 	ContextLength     int     // tokens the session holds at most; 0: the model's
@@ -20,10 +21,14 @@ type SessionOptions struct {
 	TopP              float32 // in (0, 1]; 0 or 1: off
 	MinP              float32 // in [0, 1); 0: off
 	RepetitionPenalty float32 // >= 1; 0 or 1: off
-	RepetitionLastN   int     // tokens the penalty looks back over; 0: 64
+	RepetitionLastN   int     // the window every penalty looks back over, in tokens; 0: 64
+	PresencePenalty   float32 // subtracted from the logit of each id in the window; 0: off
+	FrequencyPenalty  float32 // subtracted as often as the id occurs there; 0: off
 	IgnoreEOS         bool    // do not stop at the end-of-sequence token
 	StopStrings       []string
 	ContextShift      bool // past a full context, keep its last half and go on
+	// LogitBias is added to the logits of its token ids before the penalties; nil: none.
+	LogitBias map[int32]float32
 }
 
 // build makes the native options; o may be nil.
@@ -64,12 +69,25 @@ func (o *SessionOptions) build() (settings native.SessionOptions, err error) {
 			},
 			func() { settings.SetMinP(o.MinP) },
 			func() {
-				if o.RepetitionPenalty != 0 {
-					lastN := o.RepetitionLastN
+				// The window is the presence and frequency penalties' too: it is set for them
+				// without a repetition penalty as well (a penalty of 1 is none).
+				if o.RepetitionPenalty != 0 || o.RepetitionLastN != 0 {
+					penalty, lastN := o.RepetitionPenalty, o.RepetitionLastN
+					if penalty == 0 {
+						penalty = 1
+					}
 					if lastN == 0 {
 						lastN = 64
 					}
-					settings.SetRepetitionPenalty(o.RepetitionPenalty, lastN)
+					settings.SetRepetitionPenalty(penalty, lastN)
+				}
+			},
+			func() { settings.SetPresencePenalty(o.PresencePenalty) },
+			func() { settings.SetFrequencyPenalty(o.FrequencyPenalty) },
+			func() {
+				if len(o.LogitBias) > 0 {
+					tokens, biases := logitBias(o.LogitBias)
+					settings.SetLogitBias(tokens, biases)
 				}
 			},
 			func() { settings.SetIgnoreEos(o.IgnoreEOS) },
@@ -89,6 +107,21 @@ func (o *SessionOptions) build() (settings native.SessionOptions, err error) {
 		native.DeleteSessionOptions(settings)
 	}
 	return settings, err
+}
+
+// logitBias gives a logit bias map's ids in increasing order and their biases, so that the same
+// map always makes the same call (Go iterates a map in a random order).
+func logitBias(bias map[int32]float32) (tokens []int32, biases []float32) {
+	tokens = make([]int32, 0, len(bias))
+	for token := range bias {
+		tokens = append(tokens, token)
+	}
+	sort.Slice(tokens, func(i, j int) bool { return tokens[i] < tokens[j] })
+	biases = make([]float32, len(tokens))
+	for i, token := range tokens {
+		biases[i] = bias[token]
+	}
+	return tokens, biases
 }
 
 // Session is one generation stream over a model.

@@ -85,6 +85,18 @@ static bool photon_python_int(PyObject *object, const char *name, int *out) {
   return true;
 }
 
+/* A number (int, float, numpy numbers), rounded to float. */
+static bool photon_python_float(PyObject *object, const char *name, float *out) {
+  const double value = PyFloat_AsDouble(object);
+  if (value == -1.0 && PyErr_Occurred()) {
+    PyErr_Format(PyExc_TypeError, "photon: %s must be a number, not %.100s", name,
+                 Py_TYPE(object)->tp_name);
+    return false;
+  }
+  *out = static_cast<float>(value);
+  return true;
+}
+
 /* UTF-8 text: str, or bytes-like objects taken as they are. */
 static bool photon_python_text(PyObject *object, const char *name, std::string *out) {
   if (PyUnicode_Check(object)) {
@@ -142,6 +154,29 @@ static bool photon_python_token_ids(PyObject *object, const char *name,
     int id = 0;
     ok = photon_python_int(PySequence_Fast_GET_ITEM(sequence, i), item.c_str(), &id);
     out->push_back(id);
+  }
+  Py_DECREF(sequence);
+  return ok;
+}
+
+/* Numbers (logit biases): any sequence of them, each rounded to float. */
+static bool photon_python_floats(PyObject *object, const char *name,
+                                 photon_binding::Logprobs *out) {
+  if (PyUnicode_Check(object) || PyBytes_Check(object) || !PySequence_Check(object)) {
+    PyErr_Format(PyExc_TypeError, "photon: %s must be a sequence of numbers, not %.100s", name,
+                 Py_TYPE(object)->tp_name);
+    return false;
+  }
+  PyObject *sequence = PySequence_Fast(object, "photon: numbers must be a sequence");
+  if (!sequence) return false;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(sequence);
+  out->reserve(static_cast<size_t>(n));
+  bool ok = true;
+  for (Py_ssize_t i = 0; ok && i < n; ++i) {
+    const std::string item = std::string(name) + "[" + std::to_string(i) + "]";
+    float value = 0.0f;
+    ok = photon_python_float(PySequence_Fast_GET_ITEM(sequence, i), item.c_str(), &value);
+    out->push_back(value);
   }
   Py_DECREF(sequence);
   return ok;
@@ -255,15 +290,7 @@ PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Session::save_file)
   }
 %}
 %typemap(in) float %{
-  {
-    const double value = PyFloat_AsDouble($input);
-    if (value == -1.0 && PyErr_Occurred()) {
-      PyErr_Format(PyExc_TypeError, "photon: $1_name must be a number, not %.100s",
-                   Py_TYPE($input)->tp_name);
-      SWIG_fail;
-    }
-    $1 = static_cast<float>(value);
-  }
+  if (!photon_python_float($input, "$1_name", &$1)) SWIG_fail;
 %}
 %typemap(in) bool %{
   {
@@ -283,8 +310,8 @@ PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Session::save_file)
 %typemap(freearg) const std::string & ""
 
 /* photon_binding::Bytes <-> bytes (any bytes-like object in), TokenIds <-> list of int (any
- * sequence of int in), Logprobs -> list of float, std::vector<TokenIds> <- any sequence of
- * sequences of int (prefill_batch's token_lists). */
+ * sequence of int in), Logprobs <-> list of float (any sequence of numbers in: logit biases),
+ * std::vector<TokenIds> <- any sequence of sequences of int (prefill_batch's token_lists). */
 %typemap(in) const photon_binding::Bytes & (photon_binding::Bytes bytes) %{
   {
     Py_buffer view;
@@ -308,6 +335,10 @@ PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Session::save_file)
 %typemap(in) const photon_binding::TokenIds & (photon_binding::TokenIds ids) %{
   if (!photon_python_token_ids($input, "$1_name", &ids)) SWIG_fail;
   $1 = &ids;
+%}
+%typemap(in) const photon_binding::Logprobs & (photon_binding::Logprobs values) %{
+  if (!photon_python_floats($input, "$1_name", &values)) SWIG_fail;
+  $1 = &values;
 %}
 %typemap(in) const std::vector<photon_binding::TokenIds> &
     (std::vector<photon_binding::TokenIds> lists) %{
@@ -346,8 +377,11 @@ PHOTON_PYTHON_CHAIN(set_top_k)
 PHOTON_PYTHON_CHAIN(set_top_p)
 PHOTON_PYTHON_CHAIN(set_min_p)
 PHOTON_PYTHON_CHAIN(set_repetition_penalty)
+PHOTON_PYTHON_CHAIN(set_presence_penalty)
+PHOTON_PYTHON_CHAIN(set_frequency_penalty)
 PHOTON_PYTHON_CHAIN(set_ignore_eos)
 PHOTON_PYTHON_CHAIN(add_stop_string)
+PHOTON_PYTHON_CHAIN(set_context_shift)
 
 /* No overloads reach Python (a failed overload match gives SWIG's raw "Wrong number or type of
  * arguments"): tokenize's default argument stays one function, the rest is dispatched by the

@@ -68,6 +68,15 @@ photon_binding::Model::Model(const std::string &, const std::string &, int, bool
         add_bos."""
         return _native.Model_tokenize(self, text, add_bos)
 %}
+%feature("shadow") photon_binding::SessionOptions::set_logit_bias %{
+    def set_logit_bias(self, tokens, biases=None):
+        """Replaces the logit biases: biases[i] is added to the logit of tokens[i] (distinct
+        ids); or one mapping {token id: bias}, biases left out. Empty clears them."""
+        if biases is None and isinstance(tokens, _Mapping):
+            tokens, biases = list(tokens.keys()), list(tokens.values())
+        _native.SessionOptions_set_logit_bias(self, tokens, biases)
+        return self
+%}
 %feature("shadow") photon_binding::Session::Session(const Model &, const SessionOptions &) %{
     def __init__(self, model, options=None):
         """Opens a session on model; options (SessionOptions) default to greedy decoding in the
@@ -81,6 +90,7 @@ photon_binding::Model::Model(const std::string &, const std::string &, int, bool
 %pythoncode %{
 import enum as _enum
 import json as _json
+from collections.abc import Mapping as _Mapping
 from typing import NamedTuple as _NamedTuple
 
 PhotonError = _native.PhotonError

@@ -3,7 +3,17 @@
 import concurrent.futures
 import enum
 import os
-from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Self, Sequence, Union
+from typing import (
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Self,
+    Sequence,
+    Union,
+)
 
 __version__: str
 
@@ -48,6 +58,13 @@ class SessionOptions:
     def set_top_p(self, top_p: float) -> SessionOptions: ...
     def set_min_p(self, min_p: float) -> SessionOptions: ...
     def set_repetition_penalty(self, penalty: float, last_n: int) -> SessionOptions: ...
+    def set_presence_penalty(self, presence: float) -> SessionOptions: ...
+    def set_frequency_penalty(self, frequency: float) -> SessionOptions: ...
+    def set_logit_bias(
+        self,
+        tokens: Union[Sequence[int], Mapping[int, float]],
+        biases: Optional[Sequence[float]] = None,
+    ) -> SessionOptions: ...
     def set_ignore_eos(self, ignore_eos: bool) -> SessionOptions: ...
     def add_stop_string(self, stop: _Text) -> SessionOptions: ...
     def set_context_shift(self, context_shift: bool) -> SessionOptions: ...

@@ -307,6 +307,76 @@ static class BindingTest {
     }
   }
 
+  const int SamplerTokens = 8;
+
+  // The token ids a greedy session generates after Prompt with options, which it disposes.
+  static int[] GreedyTokens(Model model, SessionOptions options) {
+    using (options)
+    using (var session = new Session(model, options)) {
+      session.Prefill(Prompt);
+      return session.Tokens(SamplerTokens).Select(t => t.Id).ToArray();
+    }
+  }
+
+  // Logit biases and presence / frequency penalties reach the sampler, each value with its token
+  // and its penalty. Greedy decoding shows it: a bias of -100 bars the unbiased first token and
+  // one of +100 forces its token; a frequency penalty of -100 (a gain of 100 per occurrence)
+  // repeats the prompt's most frequent token; presence -100 with frequency +60 favours the ids
+  // that occur once in the window (a gain of 40) over the others (a loss of 20 or more).
+  static void TestSamplerSettings(Model model) {
+    int[] prompt = model.Tokenize(Prompt);
+    int[] plain = GreedyTokens(model, Greedy());
+    int first = plain[0], forced = prompt[1];
+    Check(!prompt.Contains(first) && forced != first,
+          "the unbiased greedy run starts outside the prompt: " + string.Join(" ", plain));
+    int[] barred = GreedyTokens(model, Greedy().SetLogitBias(new[] { first }, new[] { -100f }));
+    Check(barred[0] != first, $"a bias of -100 bars token {first}: {string.Join(" ", barred)}");
+    int[] paired = GreedyTokens(
+        model, Greedy().SetLogitBias(new[] { first, forced }, new[] { -100f, 100f }));
+    Check(paired.All(token => token == forced) && paired.Length == SamplerTokens,
+          $"a bias of +100 forces token {forced}: {string.Join(" ", paired)}");
+    var cleared = Greedy().SetLogitBias(new[] { forced }, new[] { 100f });
+    Check(ReferenceEquals(cleared.SetLogitBias(new int[0], new float[0]), cleared),
+          "SetLogitBias chains");
+    Check(GreedyTokens(model, cleared).SequenceEqual(plain), "empty arrays clear the biases");
+
+    var counts = prompt.GroupBy(token => token).OrderByDescending(group => group.Count()).ToList();
+    int common = counts[0].Key;
+    Check(counts[0].Count() > counts[1].Count(),
+          "the prompt has one most frequent token: " + string.Join(" ", prompt));
+    int[] repeated = GreedyTokens(model, Greedy().SetFrequencyPenalty(-100));
+    Check(repeated.All(token => token == common) && repeated.Length == SamplerTokens,
+          $"frequency -100 repeats {common}: {string.Join(" ", repeated)}");
+    int[] mixed = GreedyTokens(model, Greedy().SetPresencePenalty(-100).SetFrequencyPenalty(60));
+    int[] window = prompt.Concat(mixed).ToArray();
+    for (int i = 0; i < mixed.Length; ++i) {
+      Check(window.Take(prompt.Length + i).Count(token => token == mixed[i]) == 1,
+            "presence -100 and frequency +60 favour the ids seen once: " + string.Join(" ", mixed));
+    }
+
+    using (var options = new SessionOptions()) {
+      var e = ExpectError(() => options.SetLogitBias(new[] { first, forced }, new[] { 1f }),
+                          "2 tokens with 1 bias", "PHOTON_ERR_INVALID_ARGUMENT");
+      Check(e.Message.Contains("2 tokens") && e.Message.Contains("1 biases"),
+            "the counts named: " + e.Message);
+      ExpectError(() => options.SetLogitBias(new[] { first }, new[] { float.NaN }), "a NaN bias",
+                  "PHOTON_ERR_INVALID_ARGUMENT");
+      ExpectError(() => options.SetPresencePenalty(float.PositiveInfinity),
+                  "an infinite presence penalty", "PHOTON_ERR_INVALID_ARGUMENT");
+      ExpectError(() => options.SetFrequencyPenalty(float.NaN), "a NaN frequency penalty",
+                  "PHOTON_ERR_INVALID_ARGUMENT");
+      try {
+        options.SetLogitBias(new[] { first }, null);
+        throw new Exception("no ArgumentNullException for null biases");
+      } catch (ArgumentNullException e2) {
+        Check(e2.ParamName == "biases", "the null argument named: " + e2.ParamName);
+      }
+      options.SetLogitBias(new[] { model.VocabSize }, new[] { 1f });
+      ExpectError(() => new Session(model, options).Dispose(),
+                  "a biased token outside the vocabulary", "PHOTON_ERR_BAD_TOKEN");
+    }
+  }
+
   // Cancel() from another thread stops a Generate, and a second call on the busy session fails
   // instead of racing.
   static void TestThreads(Model model) {
@@ -976,6 +1046,8 @@ static class BindingTest {
           Console.WriteLine("ok TestScore");
           TestKvType(model);
           Console.WriteLine("ok TestKvType");
+          TestSamplerSettings(model);
+          Console.WriteLine("ok TestSamplerSettings");
           TestLongInputs(args[3]);
           Console.WriteLine("ok TestLongInputs");
           TestThreads(model);

@@ -394,6 +394,87 @@ func testLongInputs(shippedPath string) {
 		"the embedded tokenizer is models/tokenizer.model")
 }
 
+const samplerTokens = 8
+
+// greedyTokens: the token ids a greedy session with options generates after the prompt.
+func greedyTokens(model *photon.Model, options photon.SessionOptions) []int32 {
+	options.IgnoreEOS = true
+	session := must(model.NewSession(&options))
+	defer session.Close()
+	check(session.PrefillText(prompt) == nil, "prefill")
+	return ids(pull(session, samplerTokens))
+}
+
+func count(tokens []int32, token int32) int {
+	n := 0
+	for _, t := range tokens {
+		if t == token {
+			n++
+		}
+	}
+	return n
+}
+
+func only(tokens []int32, token int32) bool {
+	return len(tokens) == samplerTokens && count(tokens, token) == len(tokens)
+}
+
+// testSamplerSettings: logit biases and presence / frequency penalties reach the sampler, each
+// value with its token and its penalty, in the window RepetitionLastN sets. Greedy decoding shows
+// it: a bias of -100 bars the unbiased first token and one of +100 forces its token; a frequency
+// penalty of -100 (a gain of 100 per occurrence) repeats the most frequent token of the window;
+// presence -100 with frequency +60 favours the ids that occur once in the window (a gain of 40)
+// over the others (a loss of 20 or more).
+func testSamplerSettings(model *photon.Model) {
+	promptIDs := must(model.Tokenize(prompt, true))
+	plain := greedyTokens(model, photon.SessionOptions{})
+	first, forced := plain[0], promptIDs[1]
+	check(count(promptIDs, first) == 0 && forced != first,
+		"the unbiased greedy run starts outside the prompt: %v", plain)
+	barred := greedyTokens(model, photon.SessionOptions{LogitBias: map[int32]float32{first: -100}})
+	check(barred[0] != first, "a bias of -100 bars token %d: %v", first, barred)
+	paired := greedyTokens(model,
+		photon.SessionOptions{LogitBias: map[int32]float32{first: -100, forced: 100}})
+	check(only(paired, forced), "a bias of +100 forces token %d: %v", forced, paired)
+	empty := greedyTokens(model, photon.SessionOptions{LogitBias: map[int32]float32{}})
+	check(reflect.DeepEqual(empty, plain), "an empty map biases nothing: %v", empty)
+
+	common := promptIDs[0]
+	for _, token := range promptIDs {
+		if count(promptIDs, token) > count(promptIDs, common) {
+			common = token
+		}
+	}
+	for _, token := range promptIDs {
+		check(token == common || count(promptIDs, token) < count(promptIDs, common),
+			"the prompt has one most frequent token: %v", promptIDs)
+	}
+	repeated := greedyTokens(model, photon.SessionOptions{FrequencyPenalty: -100})
+	check(only(repeated, common), "frequency -100 repeats %d: %v", common, repeated)
+	// A window of one token, without a repetition penalty: the last token is the most frequent.
+	last := greedyTokens(model, photon.SessionOptions{FrequencyPenalty: -100, RepetitionLastN: 1})
+	check(only(last, promptIDs[len(promptIDs)-1]), "a window of 1 repeats the last token: %v",
+		last)
+	mixed := greedyTokens(model, photon.SessionOptions{PresencePenalty: -100, FrequencyPenalty: 60})
+	window := append(append([]int32{}, promptIDs...), mixed...)
+	for i, token := range mixed {
+		check(count(window[:len(promptIDs)+i], token) == 1,
+			"presence -100 and frequency +60 favour the ids seen once: %v after %v", mixed, promptIDs)
+	}
+
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	for _, options := range []photon.SessionOptions{
+		{LogitBias: map[int32]float32{first: nan}}, {LogitBias: map[int32]float32{-1: 1}},
+		{PresencePenalty: inf}, {FrequencyPenalty: nan},
+	} {
+		_, err := model.NewSession(&options)
+		expectError(err, fmt.Sprintf("options %+v", options), "PHOTON_ERR_INVALID_ARGUMENT")
+	}
+	outside := photon.SessionOptions{LogitBias: map[int32]float32{int32(model.VocabSize()): 1}}
+	_, err := model.NewSession(&outside)
+	expectError(err, "a biased token outside the vocabulary", "PHOTON_ERR_BAD_TOKEN")
+}
+
 // testKVType: 16-bit KV caches, chosen by name, reported by the session, kept by a restored one.
 func testKVType(model *photon.Model) {
 	session := must(model.NewSession(nil))
@@ -648,6 +729,7 @@ func main() {
 			{"testRanges", func() { testRanges(model) }},
 			{"testScore", func() { testScore(model) }},
 			{"testKVType", func() { testKVType(model) }},
+			{"testSamplerSettings", func() { testSamplerSettings(model) }},
 			{"testLongInputs", func() { testLongInputs(os.Args[4]) }},
 			{"testGoroutines", func() { testGoroutines(model) }},
 			{"testErrors", func() { testErrors(model, modelPath, workdir) }},

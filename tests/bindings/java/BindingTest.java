@@ -27,6 +27,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
+import java.util.Comparator;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
@@ -343,6 +344,84 @@ public final class BindingTest {
           "PHOTON_ERR_INVALID_ARGUMENT");
       check(e.getMessage().contains("f8") && e.getMessage().contains("bf16"),
           "the message names the kv type: " + e.getMessage());
+    }
+  }
+
+  static final int SAMPLER_TOKENS = 8;
+
+  // The token ids a greedy session generates after PROMPT with options, which it closes.
+  static List<Integer> greedyTokens(Model model, SessionOptions options) {
+    try (Session session = new Session(model, options)) {
+      session.prefill(PROMPT);
+      return session.stream(SAMPLER_TOKENS).map(Token::id).collect(Collectors.toList());
+    } finally {
+      options.close();
+    }
+  }
+
+  // Logit biases and presence / frequency penalties reach the sampler, each value with its token
+  // and its penalty. Greedy decoding shows it: a bias of -100 bars the unbiased first token and
+  // one of +100 forces its token; a frequency penalty of -100 (a gain of 100 per occurrence)
+  // repeats the prompt's most frequent token; presence -100 with frequency +60 favours the ids
+  // that occur once in the window (a gain of 40) over the others (a loss of 20 or more).
+  static void testSamplerSettings(Model model) {
+    List<Integer> prompt =
+        Arrays.stream(model.tokenize(PROMPT)).boxed().collect(Collectors.toList());
+    List<Integer> plain = greedyTokens(model, greedy());
+    int first = plain.get(0);
+    int forced = prompt.get(1);
+    check(!prompt.contains(first) && forced != first,
+        "the unbiased greedy run starts outside the prompt: " + plain);
+    List<Integer> barred =
+        greedyTokens(model, greedy().setLogitBias(new int[] {first}, new float[] {-100}));
+    check(barred.get(0) != first, "a bias of -100 bars token " + first + ": " + barred);
+    List<Integer> paired = greedyTokens(
+        model, greedy().setLogitBias(new int[] {first, forced}, new float[] {-100, 100}));
+    check(paired.equals(Collections.nCopies(SAMPLER_TOKENS, forced)),
+        "a bias of +100 forces token " + forced + ": " + paired);
+    SessionOptions cleared = greedy().setLogitBias(new int[] {forced}, new float[] {100});
+    check(cleared.setLogitBias(new int[0], new float[0]) == cleared, "setLogitBias chains");
+    check(greedyTokens(model, cleared).equals(plain), "empty arrays clear the biases");
+
+    int common = prompt.stream()
+                     .max(Comparator.comparingInt(token -> Collections.frequency(prompt, token)))
+                     .get();
+    check(prompt.stream().allMatch(token -> token == common
+              || Collections.frequency(prompt, token) < Collections.frequency(prompt, common)),
+        "the prompt has one most frequent token: " + prompt);
+    List<Integer> repeated = greedyTokens(model, greedy().setFrequencyPenalty(-100));
+    check(repeated.equals(Collections.nCopies(SAMPLER_TOKENS, common)),
+        "frequency -100 repeats " + common + ": " + repeated);
+    List<Integer> mixed =
+        greedyTokens(model, greedy().setPresencePenalty(-100).setFrequencyPenalty(60));
+    List<Integer> window = new ArrayList<>(prompt);
+    window.addAll(mixed);
+    for (int i = 0; i < mixed.size(); ++i) {
+      check(Collections.frequency(window.subList(0, prompt.size() + i), mixed.get(i)) == 1,
+          "presence -100 and frequency +60 favour the ids seen once: " + mixed);
+    }
+
+    try (SessionOptions options = new SessionOptions()) {
+      PhotonException e =
+          expectError(() -> options.setLogitBias(new int[] {first, forced}, new float[] {1}),
+              "2 tokens with 1 bias", "PHOTON_ERR_INVALID_ARGUMENT");
+      check(e.getMessage().contains("2 tokens") && e.getMessage().contains("1 biases"),
+          "the counts named: " + e.getMessage());
+      expectError(() -> options.setLogitBias(new int[] {first}, new float[] {Float.NaN}),
+          "a NaN bias", "PHOTON_ERR_INVALID_ARGUMENT");
+      expectError(() -> options.setPresencePenalty(Float.POSITIVE_INFINITY),
+          "an infinite presence penalty", "PHOTON_ERR_INVALID_ARGUMENT");
+      expectError(() -> options.setFrequencyPenalty(Float.NaN), "a NaN frequency penalty",
+          "PHOTON_ERR_INVALID_ARGUMENT");
+      try {
+        options.setLogitBias(new int[] {first}, null);
+        throw new AssertionError("no NullPointerException for null biases");
+      } catch (NullPointerException expected) {
+        // the array typemaps refuse null
+      }
+      options.setLogitBias(new int[] {model.vocabSize()}, new float[] {1});
+      expectError(() -> new Session(model, options).close(),
+          "a biased token outside the vocabulary", "PHOTON_ERR_BAD_TOKEN");
     }
   }
 
@@ -1094,6 +1173,8 @@ public final class BindingTest {
           System.out.println("ok testScore");
           testKvType(model);
           System.out.println("ok testKvType");
+          testSamplerSettings(model);
+          System.out.println("ok testSamplerSettings");
           testLongInputs(args[3]);
           System.out.println("ok testLongInputs");
           testThreads(model);

@@ -228,6 +228,74 @@ def test_kv_type(model):
     check("f8" in str(error) and "bf16" in str(error), f"the bad kv type named: {error}")
 
 
+SAMPLER_TOKENS = 8
+
+
+def greedy_tokens(model, options):
+    with photon.Session(model, options) as session:
+        session.prefill(PROMPT)
+        return [t.id for t in session.tokens(SAMPLER_TOKENS)]
+
+
+def test_sampler_settings(model):
+    """Logit biases and presence / frequency penalties reach the sampler, each value with its
+    token and its penalty. Greedy decoding shows it: a bias of -100 bars the unbiased first token
+    and one of +100 forces its token; a frequency penalty of -100 (a gain of 100 per occurrence)
+    repeats the prompt's most frequent token; presence -100 with frequency +60 favours the ids that
+    occur once in the window (a gain of 40) over the others (a loss of 20 or more)."""
+    prompt = model.tokenize(PROMPT)
+    plain = greedy_tokens(model, greedy())
+    first, forced = plain[0], prompt[1]
+    check(first not in prompt and forced != first,
+          f"the unbiased greedy run starts outside the prompt: {plain}")
+    barred = greedy_tokens(model, greedy().set_logit_bias([first], [-100]))
+    check(barred[0] != first, f"a bias of -100 bars token {first}: {barred}")
+    paired = greedy_tokens(model, greedy().set_logit_bias([first, forced], (-100.0, 100.0)))
+    check(paired == [forced] * SAMPLER_TOKENS, f"a bias of +100 forces token {forced}: {paired}")
+    by_dict = greedy_tokens(model, greedy().set_logit_bias({first: -100, forced: 100}))
+    check(by_dict == paired, f"a dict of biases: {by_dict}")
+    options = greedy().set_logit_bias([forced], [100.0])
+    check(options.set_logit_bias([], []) is options, "set_logit_bias chains")
+    check(greedy_tokens(model, options) == plain, "empty lists clear the biases")
+
+    common = max(prompt, key=prompt.count)
+    check(prompt.count(common) > max(prompt.count(t) for t in prompt if t != common),
+          f"the prompt has one most frequent token: {prompt}")
+    options = greedy()
+    check(options.set_frequency_penalty(-100) is options, "set_frequency_penalty chains")
+    repeated = greedy_tokens(model, options)
+    check(repeated == [common] * SAMPLER_TOKENS, f"frequency -100 repeats {common}: {repeated}")
+    options = greedy()
+    check(options.set_presence_penalty(-100).set_frequency_penalty(60) is options,
+          "set_presence_penalty chains")
+    mixed = greedy_tokens(model, options)
+    window = prompt + mixed
+    check(all(window[:len(prompt) + i].count(token) == 1 for i, token in enumerate(mixed)),
+          f"presence -100 and frequency +60 favour the ids seen once: {mixed} after {prompt}")
+
+    error = expect_error(lambda: photon.SessionOptions().set_logit_bias([first, forced], [1.0]),
+                         "PHOTON_ERR_INVALID_ARGUMENT", "2 tokens with 1 bias")
+    check("2 tokens" in str(error) and "1 biases" in str(error), f"the counts named: {error}")
+    expect_error(lambda: photon.SessionOptions().set_logit_bias([first], [math.nan]),
+                 "PHOTON_ERR_INVALID_ARGUMENT", "a NaN bias")
+    expect_error(lambda: photon.SessionOptions().set_presence_penalty(math.inf),
+                 "PHOTON_ERR_INVALID_ARGUMENT", "an infinite presence penalty")
+    expect_error(lambda: photon.SessionOptions().set_frequency_penalty(math.nan),
+                 "PHOTON_ERR_INVALID_ARGUMENT", "a NaN frequency penalty")
+    outside = photon.SessionOptions().set_logit_bias({model.vocab_size: 1.0})
+    expect_error(lambda: photon.Session(model, outside), "PHOTON_ERR_BAD_TOKEN",
+                 "a biased token outside the vocabulary")
+    for call, words in ((lambda: options.set_logit_bias([first], ["high"]), "biases[0]"),
+                        (lambda: options.set_logit_bias([first], 1.0), "biases"),
+                        (lambda: options.set_logit_bias([first]), "biases"),
+                        (lambda: options.set_logit_bias(["a"], [1.0]), "tokens[0]")):
+        try:
+            call()
+            raise AssertionError(f"no TypeError for {words}")
+        except TypeError as error:
+            check(str(error).startswith(f"photon: {words} "), f"{error}")
+
+
 def test_errors(model, model_path, workdir):
     missing = os.path.join(workdir, "missing.photon")
     error = expect_error(lambda: photon.Model(missing), "PHOTON_ERR_IO", "missing file")
@@ -334,7 +402,8 @@ def test_long_inputs(shipped_path):
             check(session.generate(40) < 40 and
                   session.stop_reason == photon.StopReason.CONTEXT_FULL,
                   "without the shift a full context stops")
-        with photon.Session(model, options.set_context_shift(True)) as session:
+        check(options.set_context_shift(True) is options, "set_context_shift chains")
+        with photon.Session(model, options) as session:
             session.prefill(PROMPT)
             check(session.generate(40) == 40 and session.stop_reason == photon.StopReason.LENGTH
                   and session.position <= 16, f"the shift goes on: {session.position}")
@@ -1047,7 +1116,8 @@ def main(argv):
         with photon.Model(model_path) as model:
             for test in (test_model, test_streaming, test_cancel, test_cancel_iterator,
                          test_callback_exception,
-                         test_batch, test_score, test_kv_type, test_threads):
+                         test_batch, test_score, test_kv_type, test_sampler_settings,
+                         test_threads):
                 test(model)
                 print(f"ok {test.__name__}")
             test_arguments(model, model_path)
