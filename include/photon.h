@@ -316,6 +316,15 @@ PHOTON_API photon_status photon_model_detokenize(const photon_model *model, cons
                                                  size_t n_tokens, char *text, size_t capacity,
                                                  size_t *text_len);
 
+/* The raw bytes token adds to generated text when it follows the token `previous` (-1, or a token
+ * without text such as BOS, at the start of the text, where a leading space is dropped): the bytes
+ * photon_token_callback's pieces are made of, before a character split across tokens is put
+ * together (a byte token gives its one byte). For naming alternatives (photon_last_top_logprobs).
+ * text, capacity, *text_len and PHOTON_ERR_BUFFER_TOO_SMALL as photon_model_detokenize. */
+PHOTON_API photon_status photon_model_token_piece(const photon_model *model, int32_t token,
+                                                  int32_t previous, char *text, size_t capacity,
+                                                  size_t *text_len);
+
 /* Teacher-forced scoring: logprobs[i] = log p(tokens[i] | tokens[0..i-1]) for i >= 1, and
  * logprobs[0] = NaN (the first token, normally BOS, is not predicted). logprobs must hold n_tokens
  * floats. A sequence longer than the model's context length is scored in sliding windows, as
@@ -564,6 +573,14 @@ photon_session_options_set_frequency_penalty(photon_session_options *options, fl
 PHOTON_API photon_status photon_session_options_set_logit_bias(photon_session_options *options,
                                                                const int32_t *tokens,
                                                                const float *biases, size_t count);
+/* The most alternatives a token may report (photon_session_options_set_top_logprobs). */
+#define PHOTON_MAX_TOP_LOGPROBS 20
+/* Alternatives reported with each generated token: its position's k most likely ids and their
+ * log-probabilities, as photon_last_top_logprobs gives them; 0 (the default) computes none, up to
+ * PHOTON_MAX_TOP_LOGPROBS. They cost a copy of the position's logits to the host (on a GPU) and a
+ * partial sort of the vocabulary per token. */
+PHOTON_API photon_status photon_session_options_set_top_logprobs(photon_session_options *options,
+                                                                 int32_t k);
 /* Non-zero: do not stop at the end-of-sequence token (it is sampled like any other). */
 PHOTON_API photon_status photon_session_options_set_ignore_eos(photon_session_options *options,
                                                                int ignore_eos);
@@ -664,6 +681,18 @@ PHOTON_API photon_status photon_model_score_with(const photon_model *model, cons
 typedef int (*photon_token_callback)(void *user_data, int32_t token, const char *piece,
                                      size_t piece_len, float logprob);
 
+/* The alternatives of the token last delivered to the calling thread: by a token callback while it
+ * runs (photon_token_callback, photon_batch_callback, a request's callback), else by this thread's
+ * last photon_session_next_token or photon_request_next_token that returned a token. They are the
+ * k most likely ids of the token's position (k as photon_session_options_set_top_logprobs set it
+ * for its session; at most the vocabulary) with their log-probabilities under the unmodified
+ * distribution (as the token's own logprob, to float rounding), the most likely first, the lower
+ * id first on ties. Writes the first min(k, capacity) of them to tokens and logprobs (either may
+ * be NULL when capacity is 0) and k to *n; k is 0 before any token and for a session without
+ * alternatives. Per thread, like photon_last_error. */
+PHOTON_API photon_status photon_last_top_logprobs(int32_t *tokens, float *logprobs, size_t capacity,
+                                                  size_t *n);
+
 /* Stop rules, the same for photon_session_generate, photon_session_next_token and each session of
  * photon_session_generate_batch. A call delivers tokens one at a time, in position order. Before
  * each token it stops, with the first of these reasons that applies:
@@ -743,8 +772,9 @@ PHOTON_API photon_status photon_session_get_options(const photon_session *sessio
                                                     photon_session_options **out);
 
 /* Replaces the session's sampler settings (temperature, top-k/p, min-p, penalties, logit bias,
- * seed, ignore-EOS, stop strings) and its context shift with those of options; mode, context
- * length and kv type are not changed. Used to override the settings of a restored session. */
+ * alternatives, seed, ignore-EOS, stop strings) and its context shift with those of options;
+ * mode, context length and kv type are not changed. Used to override the settings of a restored
+ * session. */
 PHOTON_API photon_status photon_session_set_sampler(photon_session *session,
                                                     const photon_session_options *options);
 

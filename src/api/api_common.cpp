@@ -1,5 +1,7 @@
-// Version, status names and the per-thread last error.
+// Version, status names, the per-thread last error and the alternatives of the last token.
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "api/api_internal.h"
 
@@ -7,10 +9,15 @@ namespace photon::api {
 
 namespace {
 thread_local std::string last_error;
-}
+thread_local std::vector<TokenLogprob> last_top;
+}  // namespace
 
 void set_last_error(const std::string& message) {
   last_error = message;
+}
+
+void set_last_top(std::span<const TokenLogprob> top) {
+  last_top.assign(top.begin(), top.end());
 }
 
 }  // namespace photon::api
@@ -27,6 +34,22 @@ uint32_t photon_version_number(void) {
 
 const char* photon_last_error(void) {
   return photon::api::last_error.c_str();
+}
+
+photon_status photon_last_top_logprobs(int32_t* tokens, float* logprobs, size_t capacity,
+                                       size_t* n) {
+  return photon::api::guard([&] {
+    const char* function = "photon_last_top_logprobs";
+    photon::api::require(n, function, "n is NULL");
+    photon::api::require(capacity == 0 || (tokens && logprobs), function,
+                         "tokens or logprobs is NULL");
+    const std::vector<photon::TokenLogprob>& top = photon::api::last_top;
+    *n = top.size();
+    for (size_t i = 0; i < std::min(capacity, top.size()); ++i) {
+      tokens[i] = top[i].token;
+      logprobs[i] = top[i].logprob;
+    }
+  });
 }
 
 const char* photon_status_name(photon_status status) {

@@ -57,8 +57,9 @@ std::optional<Clock::time_point> deadline(int32_t timeout_ms) {
 
 photon::serving::RequestCallback wrap(photon_token_callback callback, void* user_data) {
   if (!callback) return {};
-  return [callback, user_data](int32_t token, std::string_view piece, float logprob) {
-    return callback(user_data, token, piece.data(), piece.size(), logprob) == 0;
+  return [callback, user_data](const photon::DeliveredToken& t) {
+    photon::api::set_last_top(t.top);
+    return callback(user_data, t.token, t.piece.data(), t.piece.size(), t.logprob) == 0;
   };
 }
 
@@ -405,6 +406,7 @@ photon_status photon_request_next_token(photon_request* request, int32_t timeout
     }
     *token = next->token;
     if (logprob) *logprob = next->logprob;
+    photon::api::set_last_top(next->top);
     r.pop_token();
   });
 }

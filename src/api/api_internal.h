@@ -62,6 +62,8 @@ struct photon_write_options {
 namespace photon::api {
 
 void set_last_error(const std::string& message);
+// What photon_last_top_logprobs gives this thread from now on.
+void set_last_top(std::span<const TokenLogprob> top);
 
 // A session's settings from its options, resolved against the model (AUTO made concrete, context
 // 0 made the model's); Error PHOTON_ERR_INVALID_ARGUMENT naming `function` for a context beyond

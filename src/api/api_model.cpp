@@ -21,6 +21,18 @@ void check_tokens(const photon::Model& m, const int32_t* tokens, size_t n, const
                                              std::to_string(v) + ")");
 }
 
+// Copies s and a NUL into text, or fails with PHOTON_ERR_BUFFER_TOO_SMALL; *text_len = s.size().
+void copy_text(const std::string& s, char* text, size_t capacity, size_t* text_len,
+               const char* function) {
+  *text_len = s.size();
+  if (capacity < s.size() + 1 || !text)
+    photon::fail(PHOTON_ERR_BUFFER_TOO_SMALL, std::string(function) + ": the buffer holds " +
+                                                  std::to_string(capacity) + " bytes but " +
+                                                  std::to_string(s.size() + 1) + " are needed");
+  s.copy(text, s.size());
+  text[s.size()] = '\0';
+}
+
 }  // namespace
 
 extern "C" {
@@ -218,13 +230,22 @@ photon_status photon_model_detokenize(const photon_model* model, const int32_t* 
     check_tokens(*model->model, tokens, n_tokens, "photon_model_detokenize");
     const std::string s =
         model->model->tokenizer().decode(std::vector<int32_t>(tokens, tokens + n_tokens));
-    *text_len = s.size();
-    if (capacity < s.size() + 1 || !text)
-      photon::fail(PHOTON_ERR_BUFFER_TOO_SMALL, "photon_model_detokenize: the buffer holds " +
-                                                    std::to_string(capacity) + " bytes but " +
-                                                    std::to_string(s.size() + 1) + " are needed");
-    s.copy(text, s.size());
-    text[s.size()] = '\0';
+    copy_text(s, text, capacity, text_len, "photon_model_detokenize");
+  });
+}
+
+photon_status photon_model_token_piece(const photon_model* model, int32_t token, int32_t previous,
+                                       char* text, size_t capacity, size_t* text_len) {
+  return guard([&] {
+    const char* function = "photon_model_token_piece";
+    require(model, function, "model is NULL");
+    require(text_len, function, "text_len is NULL");
+    const photon::Tokenizer& tok = model->model->tokenizer();
+    check_tokens(*model->model, &token, 1, function);
+    if (previous != -1) check_tokens(*model->model, &previous, 1, function);
+    const std::string s =
+        tok.token_bytes(token, previous >= 0 && tok.is_text_token(previous) ? previous : -1);
+    copy_text(s, text, capacity, text_len, function);
   });
 }
 

@@ -187,6 +187,16 @@ photon_status photon_session_options_set_logit_bias(photon_session_options* o,
   });
 }
 
+photon_status photon_session_options_set_top_logprobs(photon_session_options* o, int32_t k) {
+  return guard([&] {
+    require(o, "photon_session_options_set_top_logprobs", "options is NULL");
+    check_range(
+        k >= 0 && k <= photon::kMaxTopLogprobs, "photon_session_options_set_top_logprobs",
+        "k must be 0 to " + std::to_string(photon::kMaxTopLogprobs) + ", got " + std::to_string(k));
+    o->sampler.top_logprobs = k;
+  });
+}
+
 photon_status photon_session_options_set_ignore_eos(photon_session_options* o, int ignore_eos) {
   return guard([&] {
     require(o, "photon_session_options_set_ignore_eos", "options is NULL");
@@ -300,8 +310,9 @@ photon_status photon_session_generate(photon_session* session, int32_t max_token
     require(max_tokens >= 0, "photon_session_generate", "max_tokens is negative");
     photon::TokenSink sink;
     if (callback)
-      sink = [&](int32_t token, std::string_view piece, float logprob) {
-        return callback(user_data, token, piece.data(), piece.size(), logprob) == 0;
+      sink = [&](const photon::DeliveredToken& t) {
+        photon::api::set_last_top(t.top);
+        return callback(user_data, t.token, t.piece.data(), t.piece.size(), t.logprob) == 0;
       };
     photon::Session* s = session->session.get();
     const std::vector<int32_t> n =
@@ -323,8 +334,9 @@ photon_status photon_session_generate_batch(photon_session* const* sessions, siz
     for (size_t i = 0; i < n_sessions; ++i) {
       engine_sessions.push_back(sessions[i]->session.get());
       if (callback)
-        sinks[i] = [&, i](int32_t token, std::string_view piece, float logprob) {
-          return callback(user_data, i, token, piece.data(), piece.size(), logprob) == 0;
+        sinks[i] = [&, i](const photon::DeliveredToken& t) {
+          photon::api::set_last_top(t.top);
+          return callback(user_data, i, t.token, t.piece.data(), t.piece.size(), t.logprob) == 0;
         };
     }
     const std::vector<int32_t> n =
@@ -360,6 +372,7 @@ photon_status photon_session_next_token(photon_session* session, int32_t* token,
     }
     *token = next->token;
     if (logprob) *logprob = next->logprob;
+    photon::api::set_last_top(next->top);
     photon::take_next(s);
   });
 }

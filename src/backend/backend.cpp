@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
+#include "backend/cpu/logprob.h"
 #include "core/error.h"
 
 namespace photon {
@@ -340,6 +342,15 @@ void Backend::sample(const Tensor& logits, std::span<const SampleRequest> rows, 
                                                   std::to_string(logits.cols));
   }
   do_sample(logits, rows, tokens, logprobs);
+  // Alternatives are asked for rarely (an API's top_logprobs): their rows come to the host.
+  std::vector<float> row;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!rows[i].top || rows[i].config->top_logprobs <= 0) continue;
+    row.resize(static_cast<size_t>(logits.cols));
+    download(row.data(), logits.row(static_cast<int64_t>(i)));
+    const int cols = static_cast<int>(logits.cols);
+    cpu::top_logprobs(row.data(), cols, std::min(rows[i].config->top_logprobs, cols), *rows[i].top);
+  }
 }
 
 void Backend::logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "backend/tensor.h"
 #include "core/dtype.h"
@@ -75,12 +76,14 @@ struct RowCopy {
   Tensor src;
 };
 
-// One row of logits to sample: the settings, the position (the counter of the random draw) and
-// the history the repetition penalty looks at.
+// One row of logits to sample: the settings, the position (the counter of the random draw), the
+// history the penalties look at, and where the row's config->top_logprobs most likely ids go
+// (null: nowhere).
 struct SampleRequest {
   const SamplerConfig* config = nullptr;
   int64_t position = 0;
   std::span<const int32_t> history;
+  std::vector<TokenLogprob>* top = nullptr;
 };
 
 }  // namespace photon

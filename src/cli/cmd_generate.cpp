@@ -6,6 +6,8 @@
 #include <csignal>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
 #include "commands.h"
 #include "common.h"
@@ -112,6 +114,10 @@ void apply_flags(const Args& args, photon_session_options* o) {
         photon_session_options_set_frequency_penalty(o, parse_float(*text, "--frequency-penalty")),
         "--frequency-penalty");
   }
+  if (auto text = args.value("top-logprobs")) {
+    check_setting(photon_session_options_set_top_logprobs(o, parse_int32(*text, "--top-logprobs")),
+                  "--top-logprobs");
+  }
   if (args.has("logit-bias")) {
     std::vector<int32_t> tokens;
     std::vector<float> biases;
@@ -149,7 +155,8 @@ SessionOptionsPtr session_options(const Args& args) {
 struct Stream {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
-  std::string text;  // the generated text, as streamed
+  std::vector<std::vector<std::pair<int32_t, float>>> top;  // each token's alternatives
+  std::string text;                                         // the generated text, as streamed
   bool write_failed = false;
 };
 
@@ -158,6 +165,13 @@ int on_token(void* user_data, int32_t token, const char* piece, size_t piece_len
   try {
     stream.tokens.push_back(token);
     stream.logprobs.push_back(logprob);
+    int32_t ids[PHOTON_MAX_TOP_LOGPROBS];
+    float values[PHOTON_MAX_TOP_LOGPROBS];
+    size_t n = 0;
+    photon_last_top_logprobs(ids, values, PHOTON_MAX_TOP_LOGPROBS, &n);
+    auto& top = stream.top.emplace_back();
+    for (size_t i = 0; i < n && i < PHOTON_MAX_TOP_LOGPROBS; ++i)
+      top.emplace_back(ids[i], values[i]);
     stream.text.append(piece, piece_len);
   } catch (...) {
     return 1;  // out of memory: stop rather than let an exception cross the C API
@@ -201,6 +215,7 @@ int run_generate(const std::vector<std::string>& argv) {
              {"presence-penalty"},
              {"frequency-penalty"},
              {"logit-bias"},
+             {"top-logprobs"},
              {"seed"},
              {"stop"},
              {"ctx"},
@@ -317,6 +332,7 @@ int run_generate(const std::vector<std::string>& argv) {
     out["text"] = stream.text;
     out["tokens"] = stream.tokens;
     out["logprobs"] = stream.logprobs;
+    if (args.has("top-logprobs")) out["top_logprobs"] = stream.top;
     out["stop_reason"] = stop_reason_name(reason);
     out["prompt_tokens"] = prompt.size();
     out["mode"] = mode_name(photon_session_mode(session.get()));
@@ -386,6 +402,8 @@ const Command kGenerateCommand = {
     "  --resume FILE        continue a saved session: its mode, context, kv type and sampler\n"
     "                       settings apply, sampling flags given here override them; -p /\n"
     "                       --tokens add more prompt first (no BOS)\n"
+    "  --top-logprobs K     with --json: each token's K most likely alternatives as\n"
+    "                       [id, logprob] pairs (top_logprobs), K up to 20\n"
     "  --json               after the text, one JSON line: text (the generated text), tokens,\n"
     "                       logprobs, stop_reason, prompt_tokens, mode, device, precision,\n"
     "                       kv_type\n",

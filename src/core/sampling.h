@@ -14,6 +14,16 @@
 
 namespace photon {
 
+// One of a position's most likely ids and its log-probability under the unmodified logits.
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  bool operator==(const TokenLogprob&) const = default;
+};
+
+// The most alternatives a token may report (PHOTON_MAX_TOP_LOGPROBS).
+constexpr int32_t kMaxTopLogprobs = 20;
+
 // A logit bias entry: the id and what is added to its logit.
 struct LogitBias {
   int32_t token = 0;
@@ -31,6 +41,7 @@ struct SamplerConfig {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   std::vector<LogitBias> logit_bias;  // ascending, distinct ids
+  int32_t top_logprobs = 0;           // alternatives reported with each token, 0..kMaxTopLogprobs
   uint64_t seed = 0;
   bool ignore_eos = false;
   std::vector<std::string> stop_strings;
@@ -42,7 +53,8 @@ struct SamplerConfig {
   }
   // Settings a session state of format version 3 cannot hold.
   bool beyond_format_3() const {
-    return presence_penalty != 0.0f || frequency_penalty != 0.0f || !logit_bias.empty();
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || !logit_bias.empty() ||
+           top_logprobs != 0;
   }
 };
 

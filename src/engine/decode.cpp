@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "engine/weights.h"
 
@@ -62,11 +63,11 @@ void deliver(DecodeTask& t, const Tokenizer& tok) {
        it != st.ahead.end() && t.reason == PHOTON_STOP_NONE && t.delivered < t.max_deliver;
        it = st.ahead.find(static_cast<int64_t>(s.history.size()))) {
     if (answers_cancel(t)) break;  // also between tokens sampled ahead
-    const Stream::Sampled sampled = it->second;
-    if (sampled.token == tok.eos() && !s.sampler.ignore_eos) {
+    if (it->second.token == tok.eos() && !s.sampler.ignore_eos) {
       t.reason = PHOTON_STOP_EOS;  // EOS stays ahead: asking again stops again
       break;
     }
+    const Stream::Sampled sampled = std::move(it->second);
     st.ahead.erase(it);
     s.history.push_back(sampled.token);
     ++t.delivered;
@@ -78,7 +79,7 @@ void deliver(DecodeTask& t, const Tokenizer& tok) {
                              hits_stop_string(st.recent, before, s.sampler.stop_strings);
     if (st.recent.size() > 2 * Stream::kMaxStopString)
       st.recent.erase(0, st.recent.size() - Stream::kMaxStopString);
-    if (t.sink && !t.sink(sampled.token, piece, sampled.logprob))
+    if (t.sink && !t.sink({sampled.token, piece, sampled.logprob, sampled.top}))
       t.reason = PHOTON_STOP_CALLBACK;
     else if (stop_string)
       t.reason = PHOTON_STOP_STRING;
@@ -192,11 +193,13 @@ void DecodeBatch::sample_lanes(const std::vector<DecodeTask*>& sampling) {
   const Tensor hidden = hidden_.get(b, static_cast<int64_t>(n_lanes), dim);
   std::vector<RowCopy> copies;
   std::vector<SampleRequest> requests;
+  std::vector<std::vector<TokenLogprob>> tops(n_lanes);
   for (size_t i = 0; i < sampling.size(); ++i) {
     const Session& s = *sampling[i]->session;
     for (const Lane& lane : lanes_[i]) {
-      copies.push_back({hidden.row(static_cast<int64_t>(copies.size())), lane.hidden});
-      requests.push_back({&s.sampler, lane.position, s.history});
+      const size_t r = copies.size();
+      copies.push_back({hidden.row(static_cast<int64_t>(r)), lane.hidden});
+      requests.push_back({&s.sampler, lane.position, s.history, &tops[r]});
     }
   }
   b.copy_rows(copies);
@@ -216,7 +219,8 @@ void DecodeBatch::sample_lanes(const std::vector<DecodeTask*>& sampling) {
   size_t r = 0;
   for (size_t i = 0; i < sampling.size(); ++i)
     for (const Lane& lane : lanes_[i]) {
-      sampling[i]->session->stream.ahead[lane.position] = {sampled[r], logprobs[r]};
+      sampling[i]->session->stream.ahead[lane.position] = {sampled[r], logprobs[r],
+                                                           std::move(tops[r])};
       ++r;
     }
   // The tokens are known now: a mode that consumes them before their delivery does so.
@@ -255,8 +259,9 @@ const Stream::Held* next_token(Session& session, std::string_view who) {
       return nullptr;
     }
     require_decodable(session, who, std::nullopt);
-    TokenSink sink = [&](int32_t token, std::string_view piece, float logprob) {
-      st.held = Stream::Held{token, logprob, std::string(piece)};
+    TokenSink sink = [&](const DeliveredToken& t) {
+      st.held =
+          Stream::Held{t.token, t.logprob, std::string(t.piece), {t.top.begin(), t.top.end()}};
       return true;
     };
     DecodeBatch decode(session.model);

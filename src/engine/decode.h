@@ -15,7 +15,7 @@
 namespace photon {
 
 // Receives each delivered token; returning false stops that task.
-using TokenSink = std::function<bool(int32_t token, std::string_view piece, float logprob)>;
+using TokenSink = std::function<bool(const DeliveredToken& token)>;
 
 // Throws what a decoding call refuses a session for: unusable, holding no tokens (not even BOS),
 // or holding a token that the pull API could not hand over. `who` names the call; `index` is the

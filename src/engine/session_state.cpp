@@ -31,7 +31,7 @@ FbOffset<fb::Sampler> put_sampler(flatbuffers::FlatBufferBuilder& b, const Sampl
       b, c.temperature, c.top_k, c.top_p, c.min_p, c.repetition_penalty, c.repetition_last_n,
       c.seed, c.ignore_eos, b.CreateVectorOfStrings(c.stop_strings), c.presence_penalty,
       c.frequency_penalty, c.logit_bias.empty() ? 0 : b.CreateVector(bias_tokens),
-      c.logit_bias.empty() ? 0 : b.CreateVector(bias_values));
+      c.logit_bias.empty() ? 0 : b.CreateVector(bias_values), c.top_logprobs);
 }
 
 SamplerConfig get_sampler(const fb::Sampler* in, int32_t vocab) {
@@ -64,6 +64,9 @@ SamplerConfig get_sampler(const fb::Sampler* in, int32_t vocab) {
       StateReader::expect(s && s->size() > 0, "a stop string is empty");
       c.stop_strings.push_back(s->str());
     }
+  c.top_logprobs = in->top_logprobs();
+  in_range(c.top_logprobs >= 0 && c.top_logprobs <= kMaxTopLogprobs, "top_logprobs", c.top_logprobs,
+           ("0 to " + std::to_string(kMaxTopLogprobs)).c_str());
   c.presence_penalty = in->presence_penalty();
   c.frequency_penalty = in->frequency_penalty();
   in_range(std::isfinite(c.presence_penalty), "presence_penalty", c.presence_penalty, "finite");

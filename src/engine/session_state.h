@@ -18,8 +18,9 @@ namespace photon {
 
 // The newest format version this build writes and reads. Versions 1 and 2 (f32 caches, and
 // 16-bit ones) kept every mode's fields in one table (schemas/session_v2.fbs); they still restore
-// (engine/session_state_v2.h). Version 4 added the presence and frequency penalties and the logit
-// bias; a state without them is written as version 3, which builds that predate them restore.
+// (engine/session_state_v2.h). Version 4 added the presence and frequency penalties, the logit
+// bias and the alternatives per token; a state without them is written as version 3, which builds
+// that predate them restore.
 constexpr uint32_t kSessionFormatVersion = 4;
 
 template <typename T>

@@ -7,24 +7,38 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/error.h"
+#include "core/sampling.h"
 #include "photon.h"
 #include "tokenizer/tokenizer.h"
 
 namespace photon {
 
+// A token as it is delivered: its id, its text piece, its log-probability and the alternatives
+// its session's sampler asked for (photon_session_options_set_top_logprobs).
+struct DeliveredToken {
+  int32_t token;
+  std::string_view piece;
+  float logprob;
+  std::span<const TokenLogprob> top;
+};
+
 struct Stream {
   struct Sampled {
     int32_t token;
     float logprob;
+    std::vector<TokenLogprob> top;  // the alternatives, when the sampler asks for them
   };
   struct Held {
     int32_t token;
     float logprob;
     std::string piece;
+    std::vector<TokenLogprob> top;
   };
 
   // The longest stop string photon_session_options_add_stop_string accepts; `recent` always keeps

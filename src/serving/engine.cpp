@@ -414,9 +414,7 @@ void Engine::decode() {
     group.push_back(r.get());
     sessions.push_back(r->session.get());
     Request* request = r.get();
-    sinks.emplace_back([request](int32_t token, std::string_view piece, float logprob) {
-      return request->deliver(token, piece, logprob);
-    });
+    sinks.emplace_back([request](const DeliveredToken& token) { return request->deliver(token); });
   }
   if (group.empty()) return;
   std::vector<int32_t> delivered;

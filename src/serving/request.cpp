@@ -103,19 +103,21 @@ bool Request::call_back(Call&& call) {
   return true;
 }
 
-bool Request::deliver(int32_t token, std::string_view piece, float logprob) {
+bool Request::deliver(const DeliveredToken& token) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stats_.generated_tokens++ == 0) stats_.first_token = Clock::now();
     if (!spec_.callback) {
-      queue_.push_back({token, logprob, std::string(piece)});
+      queue_.push_back({token.token,
+                        token.logprob,
+                        std::string(token.piece),
+                        {token.top.begin(), token.top.end()}});
       changed_.notify_all();
       return true;
     }
   }
   bool go_on = false;
-  return call_back([&] { go_on = spec_.callback(token, piece, logprob); }) && go_on &&
-         !released_.load();
+  return call_back([&] { go_on = spec_.callback(token); }) && go_on && !released_.load();
 }
 
 void Request::set_state(RequestState state) {

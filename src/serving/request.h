@@ -28,7 +28,7 @@ namespace photon::serving {
 using Clock = std::chrono::steady_clock;
 
 // Receives a delivered token on the stepping thread; false stops the request.
-using RequestCallback = std::function<bool(int32_t token, std::string_view piece, float logprob)>;
+using RequestCallback = std::function<bool(const DeliveredToken& token)>;
 // Told once that the request finished, after its last token (Request::finish).
 using FinishCallback = std::function<void(photon_stop_reason reason, photon_status status)>;
 
@@ -72,6 +72,7 @@ class Request {
     int32_t token;
     float logprob;
     std::string piece;
+    std::vector<TokenLogprob> top;
   };
 
   explicit Request(RequestSpec spec);
@@ -113,7 +114,7 @@ class Request {
   bool resume_whole_context = false;  // paused with a session of the C API's (caches reserved)
   // Delivers one token (callback or queue); false when the request must stop (the callback said
   // so, or the handle was freed).
-  bool deliver(int32_t token, std::string_view piece, float logprob);
+  bool deliver(const DeliveredToken& token);
   void set_state(RequestState state);
   void count_prompt(int64_t n);
   void count_reused(int64_t n);
@@ -135,7 +136,7 @@ class Request {
   std::string error_;
   RequestStats stats_;
   std::deque<Token> queue_;
-  Token end_{-1, 0.0f, {}};
+  Token end_{-1, 0.0f, {}, {}};
   bool taken_ = false;
 
   // Runs `call` under callback_mutex_ unless the handle was released; false when it was.

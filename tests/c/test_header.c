@@ -234,6 +234,20 @@ static void test_session_options(void) {
     CHECK_STATUS(photon_session_options_set_logit_bias(options, NULL, NULL, 0), PHOTON_OK);
   }
 
+  CHECK_STATUS(photon_session_options_set_top_logprobs(NULL, 2), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_session_options_set_top_logprobs(options, -1), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_session_options_set_top_logprobs(options, PHOTON_MAX_TOP_LOGPROBS + 1),
+               PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_session_options_set_top_logprobs(options, PHOTON_MAX_TOP_LOGPROBS),
+               PHOTON_OK);
+  {
+    size_t n = 7;
+    CHECK_STATUS(photon_last_top_logprobs(NULL, NULL, 0, NULL), PHOTON_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(photon_last_top_logprobs(NULL, NULL, 4, &n), PHOTON_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(photon_last_top_logprobs(NULL, NULL, 0, &n), PHOTON_OK);
+    CHECK(n == 0); /* no token was delivered to this thread */
+  }
+
   CHECK_STATUS(photon_session_options_set_top_k(NULL, 4), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_session_options_set_top_k(options, 0), PHOTON_OK);
   CHECK_STATUS(photon_session_options_set_top_k(options, 40), PHOTON_OK);

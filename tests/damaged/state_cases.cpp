@@ -597,6 +597,12 @@ void add_kv_type_cases(StateCases<S>& s) {
 // The sampler settings of format version 4.
 void add_sampler_v4_cases(StateCases<S>& s) {
   s.edit(
+      kHier, "Sampler.top_logprobs", "21", [](S& st) { st.sampler->top_logprobs = 21; }, kCorrupt,
+      range("top_logprobs"));
+  s.edit(
+      kHier, "Sampler.top_logprobs", "-1", [](S& st) { st.sampler->top_logprobs = -1; }, kCorrupt,
+      range("top_logprobs"));
+  s.edit(
       kHier, "Sampler.presence_penalty", "NaN",
       [](S& st) { st.sampler->presence_penalty = std::nanf(""); }, kCorrupt,
       range("presence_penalty"));

@@ -92,6 +92,11 @@ Bytes saved_state(int levels, photon_mode mode, int prompt_len, int generate, bo
     photon_session_options_set_top_k(o, 20);
     photon_session_options_set_top_p(o, 0.9f);
     photon_session_options_set_repetition_penalty(o, 1.2f, 16);
+    photon_session_options_set_presence_penalty(o, 0.3f);
+    photon_session_options_set_frequency_penalty(o, 0.2f);
+    const int32_t biased[] = {5, 40};
+    const float biases[] = {2.0f, -100.0f};
+    photon_session_options_set_logit_bias(o, biased, biases, 2);
     photon_session_options_add_stop_string(o, "zz");
     photon_session_options_set_seed(o, 99);
   }

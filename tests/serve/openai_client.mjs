@@ -1,6 +1,6 @@
 // The official `openai` client for Node against photon serve: models, completions and chat
-// completions, each streamed and not, n choices, penalties and a logit bias, and errors as the
-// client's own classes. Prints one JSON object for test_serve.py to compare with photon generate.
+// completions, each streamed and not, n choices, penalties, a logit bias and alternatives, and
+// errors as the client's own classes. Prints one JSON object for test_serve.py to compare with photon generate.
 //
 // usage: node openai_client.mjs BASE_URL API_KEY MODEL PROMPT MESSAGES_JSON
 import OpenAI from 'openai';
@@ -53,6 +53,14 @@ const penalized = await client.completions.create({
   frequency_penalty: 0.4, logit_bias: { 5: 2.5 },
 });
 out.penalized = { text: penalized.choices[0].text };
+
+// Each token's two most likely alternatives, as the client types them.
+const alternatives = await client.chat.completions.create({
+  model, messages, max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 2,
+});
+out.alternatives = alternatives.choices[0].logprobs.content.map((c) => ({
+  token: c.token, logprob: c.logprob, top: c.top_logprobs.map((t) => t.logprob),
+}));
 
 // Errors arrive as the client's error classes with their status.
 async function failure(call) {

@@ -407,6 +407,41 @@ def group_api():
         check("".join(lp["tokens"]) == generate(KJV, "-p", prompt, "-n", 8)[0]
               and lp["text_offset"][0] == 0, "logprobs tokens and offsets")
 
+        # Alternatives: each token's most likely ids, as photon generate --top-logprobs lists them
+        # (completions key them by text, keeping the likeliest of alternatives that read alike).
+        _, alt = generate(KJV, "-p", prompt, "-n", 8, "--top-logprobs", 3)
+
+        def same_alternatives(listed, ref):
+            values = [v for _, v in ref]
+            return (0 < len(listed) <= 3 and abs(max(listed) - values[0]) < 1e-5
+                    and all(any(abs(v - r) < 1e-5 for r in values) for v in listed))
+        body = {"model": KJV, "prompt": prompt, "max_tokens": 8, "temperature": 0, "logprobs": 3}
+        status, _, out = s.post("/v1/completions", body)
+        tops = out["choices"][0]["logprobs"]["top_logprobs"]
+        check(status == 200 and len(tops) == 8 and all(
+            same_alternatives(list(t.values()), a) for t, a in zip(tops, alt["top_logprobs"])),
+            "completion top_logprobs = generate's: %s vs %s" % (tops, alt["top_logprobs"]))
+        check(all(abs(max(t.values()) - v) < 1e-6
+                  for t, v in zip(tops, out["choices"][0]["logprobs"]["token_logprobs"])),
+              "greedy picks the likeliest alternative")
+        streamed = stream_text(s, "/v1/completions", dict(body, stream=True))
+        streamed_tops = [t for e in streamed["events"] if e != "[DONE]"
+                         for t in (e["choices"][0]["logprobs"] or {}).get("top_logprobs") or []]
+        check(streamed_tops == tops, "streamed top_logprobs = the reply's: %s" % streamed_tops)
+        status, _, out = s.post("/v1/chat/completions", {
+            "model": KJV, "messages": [{"role": "user", "content": "Who made the heaven?"}],
+            "max_tokens": 4, "temperature": 0, "logprobs": True, "top_logprobs": 2})
+        _, chat_alt = generate(KJV, "-p", render_transcript(
+            [{"role": "user", "content": "Who made the heaven?"}]), "-n", 4, "--top-logprobs", 2,
+            "--stop", TRANSCRIPT_STOP)
+        content = out["choices"][0]["logprobs"]["content"]
+        check(status == 200 and all(
+            len(c["top_logprobs"]) == 2
+            and all(abs(t["logprob"] - r[1]) < 1e-5 and bytes(t["bytes"]).decode(errors="replace") == t["token"]
+                    for t, r in zip(c["top_logprobs"], a))
+            for c, a in zip(content, chat_alt["top_logprobs"])),
+            "chat top_logprobs = generate's: %s vs %s" % (content, chat_alt["top_logprobs"]))
+
         # Sampling with a seed draws what photon generate draws.
         sampling = {"temperature": 0.9, "top_k": 40, "top_p": 0.95, "seed": 7}
         ref_text, ref = generate(KJV, "-p", prompt, "-n", 24, "--temperature", 0.9, "--top-k", 40,
@@ -473,9 +508,9 @@ def group_api():
         values = s.metrics()
         counted = (values.get('photon_http_requests_total{route="/v1/completions",status="200"}'),
                    values.get('photon_http_requests_total{route="/v1/chat/completions",status="200"}'))
-        check(counted == (12, 3), "requests by route and status: %s" % (counted,))
-        check(values.get("photon_request_first_token_seconds_count") == 15
-              and values.get('photon_request_queue_seconds_bucket{le="+Inf"}') == 15,
+        check(counted == (14, 4), "requests by route and status: %s" % (counted,))
+        check(values.get("photon_request_first_token_seconds_count") == 18
+              and values.get('photon_request_queue_seconds_bucket{le="+Inf"}') == 18,
               "queue and first-token histograms: one observation per request")
         for name in ["photon_engine_requests_running", "photon_engine_requests_waiting",
                      "photon_engine_requests_paused", "photon_engine_generated_tokens_total",
@@ -619,7 +654,7 @@ def group_errors():
         for field, value, param in [("max_tokens", "4", "max_tokens"), ("temperature", "hot", "temperature"),
                                     ("stream", 1, "stream"), ("stop", 7, "stop"), ("seed", 1.5, "seed"),
                                     ("n", 17, "n"), ("n", 0, "n"), ("best_of", 3, "best_of"),
-                                    ("logprobs", 3, "logprobs"), ("echo", True, "echo"),
+                                    ("logprobs", 21, "logprobs"), ("echo", True, "echo"),
                                     ("tools", [{"type": "function"}], "tools"),
                                     ("logit_bias", {"5": 101}, "logit_bias"),
                                     ("logit_bias", {"4096": 1}, "logit_bias"),
@@ -1240,6 +1275,13 @@ def group_openai_node():
                                  "--logit-bias", "5=2.5")
     check(got["penalized"]["text"] == penalized_text,
           "completions.create with penalties and logit_bias: %r vs %r" % (got["penalized"]["text"], penalized_text))
+    _, alt = generate(KJV, "-p", render_transcript(messages), "-n", 4, "--top-logprobs", 2,
+                      "--stop", TRANSCRIPT_STOP)
+    check(len(got["alternatives"]) == len(alt["top_logprobs"]) and all(
+        abs(g["logprob"] - lp) < 1e-5 and len(g["top"]) == 2
+        and all(abs(a - r[1]) < 1e-5 for a, r in zip(g["top"], ref_top))
+        for g, lp, ref_top in zip(got["alternatives"], alt["logprobs"], alt["top_logprobs"])),
+        "chat.completions.create with top_logprobs: %s vs %s" % (got["alternatives"], alt))
     check(got["errors"] == {"bad_key": ["AuthenticationError", 401], "bad_model": ["NotFoundError", 404],
                             "bad_n": ["BadRequestError", 400]}, "errors as the client's classes: %s" % got["errors"])
 

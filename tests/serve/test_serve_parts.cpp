@@ -136,7 +136,7 @@ TEST(ServeRequest, ReadsEveryFieldOfACompletion) {
       Endpoint::Completions,
       R"({"model": "m", "prompt": "In the beginning", "max_tokens": 7, "temperature": 0.5,
           "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 42, "stop": ["a", "b"],
-          "stream": true, "stream_options": {"include_usage": true}, "logprobs": 0,
+          "stream": true, "stream_options": {"include_usage": true}, "logprobs": 4,
           "repetition_penalty": 1.1, "ignore_eos": true, "return_token_ids": true,
           "user": "someone", "n": 1, "presence_penalty": -0.5, "frequency_penalty": 1.5,
           "repeat_last_n": -1, "logit_bias": {"0": -100, "42": 2.5}})");
@@ -150,6 +150,7 @@ TEST(ServeRequest, ReadsEveryFieldOfACompletion) {
   EXPECT_EQ(r.sampling.seed, 42u);
   EXPECT_EQ(r.sampling.stop, (std::vector<std::string>{"a", "b"}));
   EXPECT_TRUE(r.stream && r.include_usage && r.logprobs && r.return_token_ids);
+  EXPECT_EQ(r.top_logprobs, 4);
   EXPECT_TRUE(r.sampling.ignore_eos);
   EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.1f);
   EXPECT_FLOAT_EQ(r.sampling.presence_penalty, -0.5f);
@@ -198,12 +199,21 @@ TEST(ServeRequest, ChatMessages) {
       Endpoint::ChatCompletions,
       R"({"model":"m","messages":[{"role":"developer","content":"Be brief."},
           {"role":"user","content":[{"type":"text","text":"Who"},{"type":"text","text":"?"}]}],
-          "max_completion_tokens": 5, "logprobs": true, "top_logprobs": 0})");
+          "max_completion_tokens": 5, "logprobs": true, "top_logprobs": 20})");
   ASSERT_EQ(r.messages.size(), 2u);
   EXPECT_EQ(r.messages[0].role, "system");
   EXPECT_EQ(r.messages[1].content, "Who?");
   EXPECT_EQ(r.max_tokens, 5);
   EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 20);
+  for (const char* alternatives : {R"("logprobs":true,"top_logprobs":21)", R"("top_logprobs":2)",
+                                   R"("logprobs":false,"top_logprobs":1)"})
+    EXPECT_EQ(refusal(Endpoint::ChatCompletions,
+                      std::string(R"({"model":"m","messages":[{"role":"user","content":"x"}],)") +
+                          alternatives + "}")
+                  .param(),
+              "top_logprobs")
+        << alternatives;
   EXPECT_EQ(refusal(Endpoint::ChatCompletions, R"({"model":"m","messages":[]})").param(),
             "messages");
   EXPECT_EQ(refusal(Endpoint::ChatCompletions,
@@ -243,7 +253,8 @@ TEST(ServeRequest, WrongTypesAndRangesNameTheField) {
       {"\"stop\":\"" + std::string(4097, 'x') + "\"", "stop"},
       {R"("stream":"yes")", "stream"},
       {R"("stream_options":{"include_usage":true})", "stream_options"},
-      {R"("logprobs":2)", "logprobs"},
+      {R"("logprobs":21)", "logprobs"},
+      {R"("logprobs":-1)", "logprobs"},
       {R"("n":0)", "n"},
       {R"("n":17)", "n"},
       {R"("n":1.5)", "n"},

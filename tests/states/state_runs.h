@@ -1,10 +1,11 @@
 // Runs of generate calls, the measure of the saved-session property tests (test_state_fields.cpp):
 // a session generates with photon_session_generate, call after call, each asking for what is left
 // of a token budget, until the budget is delivered or a call delivers nothing (a stop that holds:
-// EOS, a full context). A run records every token with its piece and log-probability, and where
-// each call began, ended and why it stopped. A continuation is such a run, then a prefill of known
-// tokens (with their log-probabilities, or the status it failed with) and a second run: what a
-// session does after it generated depends on more of its state than generating alone shows.
+// EOS, a full context). A run records every token with its piece, log-probability and
+// alternatives (photon_last_top_logprobs), and where each call began, ended and why it stopped. A
+// continuation is such a run, then a prefill of known tokens (with their log-probabilities, or the
+// status it failed with) and a second run: what a session does after it generated depends on more
+// of its state than generating alone shows.
 // photon_continue_states (continue_states.cpp) does the same in another process, for states saved
 // to files, and prints each continuation as JSON.
 #pragma once
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "photon.h"
@@ -27,10 +29,13 @@ struct Call {
   bool operator==(const Call&) const = default;
 };
 
+using Alternatives = std::vector<std::pair<int32_t, float>>;
+
 struct Run {
   std::vector<int32_t> tokens;
   std::vector<std::string> pieces;
   std::vector<float> logprobs;
+  std::vector<Alternatives> top;
   std::vector<Call> calls;
   bool operator==(const Run&) const = default;
 };
@@ -44,6 +49,13 @@ inline int append(void* user, int32_t token, const char* piece, size_t length, f
   run.tokens.push_back(token);
   run.pieces.emplace_back(piece, length);
   run.logprobs.push_back(logprob);
+  int32_t ids[PHOTON_MAX_TOP_LOGPROBS];
+  float values[PHOTON_MAX_TOP_LOGPROBS];
+  size_t n = 0;
+  photon_last_top_logprobs(ids, values, PHOTON_MAX_TOP_LOGPROBS, &n);
+  Alternatives& top = run.top.emplace_back();
+  for (size_t i = 0; i < std::min<size_t>(n, PHOTON_MAX_TOP_LOGPROBS); ++i)
+    top.emplace_back(ids[i], values[i]);
   return 0;
 }
 
@@ -99,6 +111,7 @@ inline Run tail(const Run& whole, int32_t at) {
   out.tokens.assign(whole.tokens.begin() + from, whole.tokens.end());
   out.pieces.assign(whole.pieces.begin() + from, whole.pieces.end());
   out.logprobs.assign(whole.logprobs.begin() + from, whole.logprobs.end());
+  out.top.assign(whole.top.begin() + from, whole.top.end());
   for (const Call& c : whole.calls)
     if (c.end > at || c.start == at)
       out.calls.push_back({std::max(c.start, at) - at, c.end - at, c.reason});
@@ -112,7 +125,11 @@ inline nlohmann::json to_json(const Run& run) {
   for (const std::string& p : run.pieces)
     pieces.push_back(std::vector<uint8_t>(p.begin(), p.end()));
   for (const Call& c : run.calls) calls.push_back({c.start, c.end, static_cast<int>(c.reason)});
-  return {{"tokens", run.tokens}, {"pieces", pieces}, {"logprobs", run.logprobs}, {"calls", calls}};
+  return {{"tokens", run.tokens},
+          {"pieces", pieces},
+          {"logprobs", run.logprobs},
+          {"top", run.top},
+          {"calls", calls}};
 }
 
 inline nlohmann::json to_json(const Continuation& c) {
@@ -130,6 +147,7 @@ inline Run from_json(const nlohmann::json& j) {
     run.pieces.emplace_back(bytes.begin(), bytes.end());
   }
   run.logprobs = j.at("logprobs").get<std::vector<float>>();
+  run.top = j.at("top").get<std::vector<Alternatives>>();
   for (const auto& c : j.at("calls"))
     run.calls.push_back({c.at(0).get<int32_t>(), c.at(1).get<int32_t>(),
                          static_cast<photon_stop_reason>(c.at(2).get<int>())});

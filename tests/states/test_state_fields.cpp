@@ -53,6 +53,7 @@ struct Scenario {
   int32_t last_n = 64;
   float presence = 0.0f, frequency = 0.0f;
   std::vector<std::pair<int32_t, float>> logit_bias;
+  int32_t top_logprobs = 0;
   uint64_t seed = 1;
   bool ignore_eos = true;
   std::vector<std::string> stops;
@@ -212,6 +213,9 @@ const std::vector<Row>& rows() {
       {"Sampler.logit_bias_tokens", "logit-bias",
        [](auto& s, auto&) { return size_of(sampler(s).logit_bias_tokens()) > 0; },
        [](Scenario& c) { c.logit_bias.clear(); }},
+      {"Sampler.top_logprobs", "alternatives",
+       [](auto& s, auto& b) { return sampler(s).top_logprobs() != sampler(b).top_logprobs(); },
+       [](Scenario& c) { c.top_logprobs = 0; }},
       {"Sampler.logit_bias_values", "logit-bias",
        [](auto& s, auto&) { return any_nonzero(sampler(s).logit_bias_values()); },
        [](Scenario& c) {
@@ -387,6 +391,7 @@ class StateFields : public ::testing::Test {
     EXPECT_EQ(photon_session_options_set_logit_bias(o, bias_tokens.data(), biases.data(),
                                                     bias_tokens.size()),
               PHOTON_OK);
+    photon_session_options_set_top_logprobs(o, c.top_logprobs);
     photon_session_options_set_seed(o, c.seed);
     photon_session_options_set_ignore_eos(o, c.ignore_eos ? 1 : 0);
     photon_session_options_set_context_length(o, c.context);
@@ -554,8 +559,14 @@ class StateFields : public ::testing::Test {
       c.logit_bias = {{5, 4.0f}, {40, 3.0f}, {300, 5.0f}};
       c.seed = 4;
     });
+    // Alternatives reported with each token, in RecGen, which samples tokens ahead of delivery.
+    Scenario alternatives = scenario([](Scenario& c) {
+      c.name = "alternatives";
+      c.mode = PHOTON_MODE_RECGEN;
+      c.top_logprobs = 3;
+    });
     for (const Scenario& c : {hiergen, recgen, vanilla, context, eos_ignored, eos_stops, utf8,
-                              stops, top_k, top_p, min_p, penalties, logit_bias})
+                              stops, top_k, top_p, min_p, penalties, logit_bias, alternatives})
       scenarios_[c.name] = c;
     return scenarios_;
   }
@@ -613,6 +624,7 @@ void expect_runs_equal(const sr::Run& got, const sr::Run& want, const char* whic
   EXPECT_EQ(got.tokens, want.tokens);
   EXPECT_EQ(got.pieces, want.pieces);
   EXPECT_EQ(got.logprobs, want.logprobs);
+  EXPECT_EQ(got.top, want.top);
   ASSERT_EQ(got.calls.size(), want.calls.size()) << "calls";
   for (size_t i = 0; i < got.calls.size(); ++i) {
     EXPECT_EQ(got.calls[i].start, want.calls[i].start) << "call " << i;

@@ -45,8 +45,8 @@ class DecodeBatchTest : public ::testing::Test {
 
   // A sink that appends to `out`.
   static photon::TokenSink into(std::vector<int32_t>& out) {
-    return [&out](int32_t token, std::string_view, float) {
-      out.push_back(token);
+    return [&out](const photon::DeliveredToken& t) {
+      out.push_back(t.token);
       return true;
     };
   }

@@ -123,6 +123,68 @@ TEST_P(EngineTest, PenalizedLogprobsAreTheModelsOwn) {
   photon_session_free(s);
 }
 
+// Each token's alternatives are its position's most likely ids, with HierGen's teacher-forced
+// log-probabilities, most likely first; the sampled token is among them or below the last; the
+// pull API reports the same.
+TEST_P(EngineTest, AlternativesAreTheMostLikelyIdsOfTheirPosition) {
+  constexpr int kTop = 5;
+  const int p = meta_ + 1, n_gen = meta_ + 4;
+  auto sampling_session = [&] {
+    photon_session_options* o = nullptr;
+    EXPECT_EQ(photon_session_options_create(&o), PHOTON_OK);
+    photon_session_options_set_mode(o, PHOTON_MODE_HIERGEN);
+    photon_session_options_set_ignore_eos(o, 1);
+    photon_session_options_set_temperature(o, 1.5f);
+    photon_session_options_set_seed(o, 8);
+    EXPECT_EQ(photon_session_options_set_top_logprobs(o, kTop), PHOTON_OK);
+    photon_session* s = nullptr;
+    EXPECT_EQ(photon_session_create(model_, o, &s), PHOTON_OK) << photon_last_error();
+    photon_session_options_free(o);
+    EXPECT_EQ(photon_session_prefill(s, sequence_.data(), p), PHOTON_OK);
+    return s;
+  };
+  photon_session* s = sampling_session();
+  Generated g;
+  ASSERT_EQ(photon_session_generate(s, n_gen, collect, &g, nullptr), PHOTON_OK)
+      << photon_last_error();
+  photon_session_free(s);
+  ASSERT_EQ(static_cast<int>(g.top.size()), n_gen);
+  std::vector<int32_t> context(sequence_.begin(), sequence_.begin() + p);
+  for (int i = 0; i < n_gen; ++i) {
+    SCOPED_TRACE("step " + std::to_string(i));
+    const photon::testing::Alternatives& top = g.top[static_cast<size_t>(i)];
+    ASSERT_EQ(static_cast<int>(top.size()), kTop);
+    bool listed = false;
+    for (size_t a = 0; a < top.size(); ++a) {
+      if (a > 0) {
+        EXPECT_TRUE(top[a].second < top[a - 1].second ||
+                    (top[a].second == top[a - 1].second && top[a].first > top[a - 1].first));
+      }
+      std::vector<int32_t> with = context;
+      with.push_back(top[a].first);
+      EXPECT_NEAR(top[a].second, score(with).back(), 1e-4) << "alternative " << top[a].first;
+      if (top[a].first == g.tokens[static_cast<size_t>(i)]) {
+        listed = true;
+        EXPECT_FLOAT_EQ(top[a].second, g.logprobs[static_cast<size_t>(i)]);
+      }
+    }
+    if (!listed) {
+      EXPECT_LE(g.logprobs[static_cast<size_t>(i)], top.back().second);
+    }
+    context.push_back(g.tokens[static_cast<size_t>(i)]);
+  }
+  // One token per pull: the same alternatives.
+  s = sampling_session();
+  for (int i = 0; i < n_gen; ++i) {
+    int32_t token = -1;
+    size_t len = 0;
+    ASSERT_EQ(photon_session_next_token(s, &token, nullptr, 0, &len, nullptr), PHOTON_OK);
+    EXPECT_EQ(token, g.tokens[static_cast<size_t>(i)]);
+    EXPECT_EQ(photon::testing::last_top(), g.top[static_cast<size_t>(i)]);
+  }
+  photon_session_free(s);
+}
+
 // A logit bias's ids are checked against the model's vocabulary, which the options do not know.
 TEST_P(EngineTest, ALogitBiasOutsideTheVocabularyIsRefused) {
   const int32_t vocab = photon_model_vocab_size(model_);

@@ -32,6 +32,7 @@ struct Ask {
   float temperature = 0.0f;
   uint64_t seed = 0;
   bool ignore_eos = true;
+  int32_t top_logprobs = 0;
 };
 
 std::vector<int32_t> prompt(size_t n, int seed) {
@@ -48,6 +49,7 @@ photon_session_options* session_options(const Ask& a) {
   photon_session_options_set_temperature(o, a.temperature);
   photon_session_options_set_seed(o, a.seed);
   photon_session_options_set_ignore_eos(o, a.ignore_eos ? 1 : 0);
+  photon_session_options_set_top_logprobs(o, a.top_logprobs);
   return o;
 }
 
@@ -158,6 +160,7 @@ class EngineRequests : public ::testing::TestWithParam<int> {
       a.temperature = 0.9f;
       a.seed = 1000 + static_cast<uint64_t>(i);
     }
+    if (i % 3 == 0) a.top_logprobs = 1 + i % 5;
     return a;
   }
 
@@ -189,6 +192,7 @@ TEST_P(EngineRequests, RequestsJoiningAndLeavingMidFlightEqualEachAlone) {
     const Generated expected = alone(model_, ask(i), &reason);
     EXPECT_EQ(got[static_cast<size_t>(i)].tokens, expected.tokens);
     EXPECT_EQ(got[static_cast<size_t>(i)].logprobs, expected.logprobs);
+    EXPECT_EQ(got[static_cast<size_t>(i)].top, expected.top);
     EXPECT_EQ(photon_request_get_state(requests[static_cast<size_t>(i)]), PHOTON_REQUEST_FINISHED);
     EXPECT_EQ(photon_request_stop_reason(requests[static_cast<size_t>(i)]), reason);
     EXPECT_EQ(request_stat(requests[static_cast<size_t>(i)], PHOTON_REQUEST_GENERATED_TOKENS),
@@ -249,10 +253,14 @@ TEST_P(EngineRequests, PulledTokensEqualTheCallbacks) {
     if (token < 0) break;
     pulled.tokens.push_back(token);
     pulled.logprobs.push_back(logprob);
+    pulled.top.push_back(photon::testing::last_top());
   }
   const Generated expected = alone(model_, a);
   EXPECT_EQ(pulled.tokens, expected.tokens);
   EXPECT_EQ(pulled.logprobs, expected.logprobs);
+  EXPECT_EQ(pulled.top, expected.top);
+  ASSERT_FALSE(expected.top.empty());
+  EXPECT_EQ(expected.top[0].size(), static_cast<size_t>(a.top_logprobs));
   EXPECT_EQ(photon_request_wait(r, 0), PHOTON_OK);
   ASSERT_EQ(photon_engine_stop(engine, PHOTON_ENGINE_DRAIN), PHOTON_OK);
   photon_request_free(r);

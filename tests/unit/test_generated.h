@@ -6,15 +6,32 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "photon.h"
 
 namespace photon::testing {
 
+// A token's alternatives: (id, log-probability), most likely first.
+using Alternatives = std::vector<std::pair<int32_t, float>>;
+
+// photon_last_top_logprobs: the alternatives of the token last delivered to this thread.
+inline Alternatives last_top() {
+  int32_t ids[PHOTON_MAX_TOP_LOGPROBS];
+  float logprobs[PHOTON_MAX_TOP_LOGPROBS];
+  size_t n = 0;
+  EXPECT_EQ(photon_last_top_logprobs(ids, logprobs, PHOTON_MAX_TOP_LOGPROBS, &n), PHOTON_OK);
+  Alternatives out;
+  for (size_t i = 0; i < n && i < PHOTON_MAX_TOP_LOGPROBS; ++i)
+    out.emplace_back(ids[i], logprobs[i]);
+  return out;
+}
+
 struct Generated {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
+  std::vector<Alternatives> top;  // each token's alternatives (empty without them)
 };
 
 // A photon_token_callback: appends to the Generated that `user` points to and never stops.
@@ -22,6 +39,7 @@ inline int collect(void* user, int32_t token, const char*, size_t, float logprob
   auto* out = static_cast<Generated*>(user);
   out->tokens.push_back(token);
   out->logprobs.push_back(logprob);
+  out->top.push_back(last_top());
   return 0;
 }
 

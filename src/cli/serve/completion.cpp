@@ -61,6 +61,12 @@ void require_ok(photon_status status, const char* what) {
 
 class Completion;
 
+// One of a token's most likely alternatives: the bytes it would have added, and its logprob.
+struct Alternative {
+  std::string piece;
+  float logprob;
+};
+
 // Tells the completion which of its choices a generation's tokens and end belong to.
 class ChoiceObserver final : public GenerationObserver {
  public:
@@ -116,11 +122,14 @@ class Completion final : public std::enable_shared_from_this<Completion> {
     for (GeneratedToken& t : tokens) {
       const size_t offset = c.text.generated().size();
       const std::string_view text = c.text.append(t.piece);
+      const int32_t previous = c.ids.empty() ? prompt_tokens_.back() : c.ids.back();
       c.ids.push_back(t.id);
       if (req_.logprobs) {
         c.logprobs.push_back(t.logprob);
         c.offsets.push_back(offset);
         c.pieces.push_back(t.piece);
+        std::vector<Alternative>& top = c.tops.emplace_back();
+        for (const auto& [id, logprob] : t.top) top.push_back({token_piece(id, previous), logprob});
       }
       if (streaming_) append_token_chunk(out, c, t, offset, text);
     }
@@ -440,6 +449,7 @@ class Completion final : public std::enable_shared_from_this<Completion> {
     require_ok(photon_session_options_set_logit_bias(o, bias_tokens.data(), biases.data(),
                                                      bias_tokens.size()),
                "logit_bias");
+    require_ok(photon_session_options_set_top_logprobs(o, req_.top_logprobs), "top_logprobs");
     require_ok(photon_session_options_set_seed(o, seed), "seed");
     require_ok(photon_session_options_set_ignore_eos(o, s.ignore_eos ? 1 : 0), "ignore_eos");
     for (const std::string& stop : stops_)
@@ -486,10 +496,18 @@ class Completion final : public std::enable_shared_from_this<Completion> {
       append_json_string(out, t.piece);
       out += "],\"token_logprobs\":[";
       append_json_number(out, t.logprob);
-      out += "],\"top_logprobs\":null,\"text_offset\":[" + std::to_string(offset) + "]}";
+      out += "],\"top_logprobs\":";
+      if (req_.top_logprobs > 0) {
+        out += '[';
+        append_alternatives_object(out, c.tops.back());
+        out += ']';
+      } else {
+        out += "null";
+      }
+      out += ",\"text_offset\":[" + std::to_string(offset) + "]}";
     } else {
       out += "{\"content\":[";
-      append_chat_logprob(out, t.piece, t.logprob);
+      append_chat_logprob(out, t.piece, t.logprob, c.tops.back());
       out += "]}";
     }
     if (req_.return_token_ids) out += ",\"token_ids\":[" + std::to_string(t.id) + "]";
@@ -498,7 +516,8 @@ class Completion final : public std::enable_shared_from_this<Completion> {
     out += "}\n\n";
   }
 
-  static void append_chat_logprob(std::string& out, const std::string& piece, float logprob) {
+  // Chat's form of a token: {"token", "logprob", "bytes"}, and its alternatives in that form.
+  static void append_chat_token(std::string& out, const std::string& piece, float logprob) {
     out += "{\"token\":";
     append_json_string(out, piece);
     out += ",\"logprob\":";
@@ -508,7 +527,49 @@ class Completion final : public std::enable_shared_from_this<Completion> {
       if (i) out += ',';
       out += std::to_string(static_cast<unsigned char>(piece[i]));
     }
-    out += "],\"top_logprobs\":[]}";
+    out += ']';
+  }
+  static void append_chat_logprob(std::string& out, const std::string& piece, float logprob,
+                                  const std::vector<Alternative>& top) {
+    append_chat_token(out, piece, logprob);
+    out += ",\"top_logprobs\":[";
+    for (size_t i = 0; i < top.size(); ++i) {
+      if (i) out += ',';
+      append_chat_token(out, top[i].piece, top[i].logprob);
+      out += '}';
+    }
+    out += "]}";
+  }
+  // Completions' form of alternatives: {"piece": logprob, ...}; of pieces that read alike, the
+  // most likely.
+  static void append_alternatives_object(std::string& out, const std::vector<Alternative>& top) {
+    out += '{';
+    std::vector<std::string_view> listed;
+    for (const Alternative& a : top) {
+      if (std::find(listed.begin(), listed.end(), a.piece) != listed.end()) continue;
+      if (!listed.empty()) out += ',';
+      listed.push_back(a.piece);
+      append_json_string(out, a.piece);
+      out += ':';
+      append_json_number(out, a.logprob);
+    }
+    out += '}';
+  }
+
+  // The bytes `token` adds after `previous` (photon_model_token_piece).
+  std::string token_piece(int32_t token, int32_t previous) const {
+    std::string piece(32, '\0');
+    size_t length = 0;
+    photon_status status = photon_model_token_piece(ctx_.model.model, token, previous, piece.data(),
+                                                    piece.size(), &length);
+    if (status == PHOTON_ERR_BUFFER_TOO_SMALL) {
+      piece.resize(length + 1);
+      status = photon_model_token_piece(ctx_.model.model, token, previous, piece.data(),
+                                        piece.size(), &length);
+    }
+    require_ok(status, "cannot name an alternative token");
+    piece.resize(length);
+    return piece;
   }
 
   ordered_json usage() const {
@@ -539,14 +600,23 @@ class Completion final : public std::enable_shared_from_this<Completion> {
     if (endpoint_ == Endpoint::Completions) {
       lp["tokens"] = c.pieces;
       lp["token_logprobs"] = c.logprobs;
-      lp["top_logprobs"] = nullptr;
+      if (req_.top_logprobs > 0) {
+        std::string top = "[";
+        for (size_t i = 0; i < c.tops.size(); ++i) {
+          if (i) top += ',';
+          append_alternatives_object(top, c.tops[i]);
+        }
+        lp["top_logprobs"] = ordered_json::parse(top + ']');
+      } else {
+        lp["top_logprobs"] = nullptr;
+      }
       lp["text_offset"] = c.offsets;
       return lp;
     }
     std::string content = "[";
     for (size_t i = 0; i < c.pieces.size(); ++i) {
       if (i) content += ',';
-      append_chat_logprob(content, c.pieces[i], c.logprobs[i]);
+      append_chat_logprob(content, c.pieces[i], c.logprobs[i], c.tops[i]);
     }
     content += ']';
     lp["content"] = ordered_json::parse(content);
@@ -753,6 +823,7 @@ class Completion final : public std::enable_shared_from_this<Completion> {
     std::vector<float> logprobs;
     std::vector<size_t> offsets;
     std::vector<std::string> pieces;
+    std::vector<std::vector<Alternative>> tops;  // each token's alternatives (with logprobs)
     std::string rest;  // the text held back until the end, sent with the finish reason
     const char* finish_reason = "length";
     bool ended = false;

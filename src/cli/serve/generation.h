@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "photon.h"
@@ -28,6 +29,7 @@ struct GeneratedToken {
   int32_t id;
   float logprob;
   std::string piece;
+  std::vector<std::pair<int32_t, float>> top;  // the alternatives, when the request asks for them
 };
 
 class GenerationObserver {

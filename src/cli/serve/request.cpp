@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "photon.h"
 #include "serve/api_error.h"
 
 namespace photon::serve {
@@ -324,28 +325,34 @@ std::optional<int32_t> parse_max_tokens(const json& body, Endpoint endpoint) {
   return result;
 }
 
+// A count of alternatives, 0 to PHOTON_MAX_TOP_LOGPROBS.
+int32_t alternatives(const json& v, const char* name) {
+  const int64_t n = integer(v, name);
+  if (n < 0 || n > PHOTON_MAX_TOP_LOGPROBS)
+    throw bad_field(name, quote(name) + " must be 0 to " + std::to_string(PHOTON_MAX_TOP_LOGPROBS) +
+                              ", got " + std::to_string(n));
+  return static_cast<int32_t>(n);
+}
+
 void parse_logprobs(const json& body, GenerationRequest& r) {
   const json* v = find(body, "logprobs");
   if (r.endpoint == Endpoint::Completions) {
-    // An integer: how many alternatives to list besides the chosen token; only 0 is served.
+    // An integer: how many alternatives to list besides the chosen token.
     if (!v) return;
     if (v->is_boolean()) {
       r.logprobs = v->get<bool>();
       return;
     }
-    const int64_t n = integer(*v, "logprobs");
-    if (n != 0)
-      throw bad_field("logprobs",
-                      "'logprobs' must be 0: this server gives each chosen token's "
-                      "log-probability, not the most likely alternatives");
+    r.top_logprobs = alternatives(*v, "logprobs");
     r.logprobs = true;
     return;
   }
   if (v) r.logprobs = boolean(*v, "logprobs");
-  if (const json* top = find(body, "top_logprobs"); top && integer(*top, "top_logprobs") != 0)
-    throw bad_field("top_logprobs",
-                    "'top_logprobs' must be 0: this server gives each chosen token's "
-                    "log-probability, not the most likely alternatives");
+  if (const json* top = find(body, "top_logprobs")) {
+    r.top_logprobs = alternatives(*top, "top_logprobs");
+    if (r.top_logprobs > 0 && !r.logprobs)
+      throw bad_field("top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
+  }
 }
 
 }  // namespace
