@@ -223,9 +223,9 @@ void run() {
     DeviceBuffer logits = b.random(size_t(rows) * vocab, false, 8.0f);
     int32_t* tokens = scratch.take<int32_t>(rows, "tokens");
     for (const auto& [name, config] :
-         {std::pair{"greedy", SampleParams{0.0f, 0, 1.0f, 0.0f, 1.0f, 0, 1, 0}},
-          {"top-k 40", SampleParams{0.8f, 40, 1.0f, 0.0f, 1.0f, 0, 1, 0}},
-          {"top-p 0.9", SampleParams{0.8f, 0, 0.9f, 0.0f, 1.0f, 0, 1, 0}}}) {
+         {std::pair{"greedy", SampleParams{.temperature = 0.0f, .seed = 1}},
+          {"top-k 40", SampleParams{.temperature = 0.8f, .top_k = 40, .seed = 1}},
+          {"top-p 0.9", SampleParams{.temperature = 0.8f, .top_p = 0.9f, .seed = 1}}}) {
       const std::vector<SampleParams> params(rows, config);
       ArenaScope scope(scratch);
       const SampleParams* staged = stage(scratch, params);
@@ -233,7 +233,8 @@ void run() {
                             ? scratch.take_bytes(sample_workspace_bytes(rows, vocab), "sampler")
                             : nullptr;
       const double t = b.time([&](int) {
-        sample_launch(as<float>(logits), rows, vocab, staged, nullptr, 0, workspace, tokens, s);
+        sample_launch(as<float>(logits), rows, vocab, staged, nullptr, 0, nullptr, workspace,
+                      tokens, s);
       });
       b.row(std::string("sample ") + name, "64 x 32000", t, 4.0 * rows * vocab, 0);
     }
