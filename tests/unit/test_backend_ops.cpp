@@ -942,6 +942,44 @@ TEST_P(BackendOps, Sample) {
         want_tokens, kBits, {}, &kBits);
     verify(what + ", log-probabilities", Op::Sample, DType::F32, n,
            [&](Backend& b) { return sample(b, true); }, want_logprobs, {Kind::Relative, 1e-6});
+    // Alternatives: the 5 largest logits of each row (the lower id first on ties), as
+    // (id, log-softmax) pairs.
+    constexpr int kTop = 5;
+    std::vector<SamplerConfig> with_top = configs;
+    for (SamplerConfig& c : with_top) c.top_logprobs = kTop;
+    std::vector<double> want_top;
+    for (int r = 0; r < n; ++r) {
+      const float* row = &logits[size_t(r) * vocab];
+      std::vector<int32_t> ids(vocab);
+      for (int i = 0; i < vocab; ++i) ids[i] = i;
+      std::stable_sort(ids.begin(), ids.end(),
+                       [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+      for (int i = 0; i < kTop; ++i) {
+        want_top.push_back(ids[i]);
+        want_top.push_back(log_softmax_at(row, vocab, ids[i]));
+      }
+    }
+    auto alternatives = [&](Backend& b) {
+      const Matrix lm = put(b, logits, n, vocab);
+      std::vector<std::vector<TokenLogprob>> tops(n);
+      std::vector<SampleRequest> asked = requests;
+      for (int r = 0; r < n; ++r) {
+        asked[r].config = &with_top[r];
+        asked[r].top = &tops[r];
+      }
+      std::vector<int32_t> tokens(n);
+      std::vector<float> logprobs(n);
+      b.sample(lm, asked, tokens.data(), logprobs.data());
+      std::vector<float> flat;
+      for (const auto& top : tops)
+        for (const TokenLogprob& t : top) {
+          flat.push_back(static_cast<float>(t.token));
+          flat.push_back(t.logprob);
+        }
+      return flat;
+    };
+    verify(what + ", alternatives", Op::Sample, DType::F32, n, alternatives, want_top,
+           {Kind::Relative, 1e-6});
   }
   // Equal logits over 2^16 ids and no cut: the running sums are the integers 1 .. V, exact in
   // double, so the token is floor(u V) of the draw u, and its log-probability -log V.
