@@ -102,6 +102,29 @@ inline TokenIds tokenize(const photon_model* model, const std::string& text, boo
                         });
 }
 
+// The alternatives of the token last delivered to this thread (photon_last_top_logprobs): the k
+// most likely ids of its position and their log-probabilities, the most likely first; empty for
+// a session without alternatives. Read where the token arrives (inside the C callback, or right
+// after the pull on the same thread): a later token on this thread replaces them.
+struct TopLogprobs {
+  TokenIds tokens;
+  Logprobs logprobs;
+
+  void fetch() {
+    std::int32_t ids[PHOTON_MAX_TOP_LOGPROBS];
+    float values[PHOTON_MAX_TOP_LOGPROBS];
+    std::size_t n = 0;
+    check(photon_last_top_logprobs(ids, values, PHOTON_MAX_TOP_LOGPROBS, &n));
+    n = n < PHOTON_MAX_TOP_LOGPROBS ? n : PHOTON_MAX_TOP_LOGPROBS;
+    tokens.assign(ids, ids + n);
+    logprobs.assign(values, values + n);
+  }
+  void clear() {
+    tokens.clear();
+    logprobs.clear();
+  }
+};
+
 }  // namespace detail
 
 #endif  // SWIG
@@ -127,19 +150,48 @@ static_assert(static_cast<int>(StopReason::CONTEXT_FULL) == PHOTON_STOP_CONTEXT_
 // Receives each generated token; implemented in the target language through a SWIG director.
 // Return false to stop generation. An exception thrown here stops generation too and is rethrown
 // to the caller of Session::generate once the library has returned.
+//
+// While on_token runs, top_tokens() and top_logprobs() hold its token's alternatives (see
+// SessionOptions::set_top_logprobs): the k most likely ids of the token's position and their
+// log-probabilities, the most likely first; empty when the session computes none.
 class TokenListener {
  public:
   virtual ~TokenListener() = default;
   virtual bool on_token(int token, const std::string& piece, float logprob) = 0;
+  TokenIds top_tokens() const { return top_.tokens; }
+  Logprobs top_logprobs() const { return top_.logprobs; }
+
+#ifndef SWIG
+  // The C callbacks call this before on_token, on the thread that delivers the token.
+  void fetch_top_logprobs() {
+    top_.fetch();
+  }
+
+ private:
+  detail::TopLogprobs top_;
+#endif
 };
 
 // Receives the tokens of Session::generate_batch; session_index is the session's place in the
 // batch. Return false to stop that session (the others go on); an exception stops them all and is
 // rethrown to the caller of generate_batch.
+// top_tokens() and top_logprobs() are on_token's token's alternatives, as TokenListener's.
 class BatchListener {
  public:
   virtual ~BatchListener() = default;
   virtual bool on_token(int session_index, int token, const std::string& piece, float logprob) = 0;
+  TokenIds top_tokens() const { return top_.tokens; }
+  Logprobs top_logprobs() const { return top_.logprobs; }
+
+#ifndef SWIG
+  // The C callback calls this before on_token, on the thread that delivers the token.
+  void fetch_top_logprobs() {
+    top_.fetch();
+  }
+
+ private:
+  detail::TopLogprobs top_;
+#endif
 };
 
 // Told once that an engine's request has finished, and why (Request::when_finished); implemented
@@ -224,6 +276,14 @@ class SessionOptions {
     }
     detail::check(
         photon_session_options_set_logit_bias(get(), tokens.data(), biases.data(), tokens.size()));
+    return *this;
+  }
+  // Each generated token reports its position's k most likely ids and their log-probabilities
+  // (0, the default: none; at most PHOTON_MAX_TOP_LOGPROBS): the listeners' top_tokens() /
+  // top_logprobs() and the pulls' last_top_tokens() / last_top_logprobs() hold them
+  // (photon_session_options_set_top_logprobs).
+  SessionOptions& set_top_logprobs(int k) {
+    detail::check(photon_session_options_set_top_logprobs(get(), k));
     return *this;
   }
   SessionOptions& set_ignore_eos(bool ignore_eos) {
@@ -333,6 +393,19 @@ class Model {
                                          needed);
         });
     return std::string(text.begin(), text.end());
+  }
+
+  // The raw bytes token adds to generated text after the token previous (-1, or a token without
+  // text, at the start of the text): a piece before a character split across tokens is put
+  // together, so it may be part of a UTF-8 character (photon_model_token_piece). For naming
+  // alternatives.
+  Bytes token_piece(int token, int previous) const {
+    const std::shared_ptr<photon_model> model = shared();
+    return detail::fill<Bytes>(
+        16, 1, [&](std::uint8_t* out, std::size_t capacity, std::size_t* needed) {
+          return photon_model_token_piece(model.get(), token, previous,
+                                          reinterpret_cast<char*>(out), capacity, needed);
+        });
   }
 
   // The embedded tokenizer: a sentencepiece .model file's bytes (photon_model_tokenizer_model).
@@ -503,7 +576,8 @@ class Session {
   }
 
   // Pull-style generation: the next token's id, or -1 once generation stopped (stop_reason()
-  // says why). last_piece() and last_logprob() describe the token just returned.
+  // says why). last_piece(), last_logprob() and last_top_tokens() / last_top_logprobs() describe
+  // the token just returned.
   int next_token() {
     Use use(*this, Use::CHANGE);
     std::int32_t token = -1;
@@ -517,10 +591,18 @@ class Session {
     }
     detail::check(status);
     last_piece_.assign(piece_.data(), token < 0 ? 0 : piece_len);
+    if (token < 0) {
+      last_top_.clear();
+    } else {
+      last_top_.fetch();  // this thread's, of the token just pulled
+    }
     return token;
   }
   std::string last_piece() const { return last_piece_; }
   float last_logprob() const { return logprob_; }
+  // The alternatives of the token just returned (see SessionOptions::set_top_logprobs).
+  TokenIds last_top_tokens() const { return last_top_.tokens; }
+  Logprobs last_top_logprobs() const { return last_top_.logprobs; }
 
   // Asks the session to stop generating: a running generate at its next token, a pull loop
   // (next_token) at its next pull, even when asked before the loop (photon_session_cancel).
@@ -596,6 +678,7 @@ class Session {
                      float logprob) {
     Call* call = static_cast<Call*>(user_data);
     try {
+      call->listener->fetch_top_logprobs();
       return call->listener->on_token(token, std::string(piece, piece_len), logprob) ? 0 : 1;
     } catch (...) {
       call->error = std::current_exception();
@@ -607,6 +690,7 @@ class Session {
     BatchCall* call = static_cast<BatchCall*>(user_data);
     if (call->error) return 1;  // a callback threw: stop the other sessions too
     try {
+      call->listener->fetch_top_logprobs();
       return call->listener->on_token(static_cast<int>(session_index), token,
                                       std::string(piece, piece_len), logprob)
                  ? 0
@@ -664,6 +748,7 @@ class Session {
   std::vector<char> piece_ = std::vector<char>(64);
   std::string last_piece_;
   float logprob_ = 0.0f;
+  detail::TopLogprobs last_top_;
 #endif
 };
 
@@ -776,6 +861,7 @@ class Delivery : public std::enable_shared_from_this<Delivery> {
     // the callback has returned.
     const std::shared_ptr<Delivery> hold = self.shared_from_this();
     try {
+      self.listener_->fetch_top_logprobs();
       return self.listener_->on_token(token, std::string(piece, piece_len), logprob) ? 0 : 1;
     } catch (...) {  // no exception may cross the C library: keep the first for wait()
       std::lock_guard<std::mutex> lock(self.mutex_);
@@ -1030,7 +1116,8 @@ class Request {
   // Pull-style delivery, for a request submitted without a listener: the next token's id, waiting
   // at most timeout_ms milliseconds (-1: no limit; PhotonError PHOTON_ERR_TIMEOUT when none came),
   // or -1 once the request has finished and every token was taken. A request that ended by an
-  // error throws it then. last_piece() and last_logprob() describe the token just returned.
+  // error throws it then. last_piece(), last_logprob() and last_top_tokens() /
+  // last_top_logprobs() describe the token just returned.
   int next_token(int timeout_ms) {
     const std::shared_ptr<Handle> h = handle();
     if (timeout_ms != 0) detail::not_delivering(h->engine.get(), "pulling a request's tokens");
@@ -1050,9 +1137,12 @@ class Request {
       const photon_status failed = photon_request_status(h->request.get());
       if (failed != PHOTON_OK) throw PhotonError(failed, photon_request_error(h->request.get()));
     }
+    detail::TopLogprobs top;
+    if (token >= 0) top.fetch();  // this thread's, of the token just pulled
     std::lock_guard<std::mutex> lock(last_mutex_);
     last_piece_.assign(piece_.data(), token < 0 ? 0 : piece_len);
     last_logprob_ = logprob;
+    last_top_ = std::move(top);
     return token;
   }
   std::string last_piece() const {
@@ -1062,6 +1152,15 @@ class Request {
   float last_logprob() const {
     std::lock_guard<std::mutex> lock(last_mutex_);
     return last_logprob_;
+  }
+  // The alternatives of the token just returned (see SessionOptions::set_top_logprobs).
+  TokenIds last_top_tokens() const {
+    std::lock_guard<std::mutex> lock(last_mutex_);
+    return last_top_.tokens;
+  }
+  Logprobs last_top_logprobs() const {
+    std::lock_guard<std::mutex> lock(last_mutex_);
+    return last_top_.logprobs;
   }
 
   RequestStats stats() const {
@@ -1158,6 +1257,7 @@ class Request {
   mutable std::mutex last_mutex_;                    // guards what follows
   std::string last_piece_;
   float last_logprob_ = 0.0f;
+  detail::TopLogprobs last_top_;
 #endif
 };
 

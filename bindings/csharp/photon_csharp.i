@@ -303,6 +303,12 @@ PHOTON_CSHARP_GETTER(photon_binding::Session, position, Position)
 %csmethodmodifiers photon_binding::Session::next_token "internal";
 %csmethodmodifiers photon_binding::Session::last_piece "internal";
 %csmethodmodifiers photon_binding::Session::last_logprob "internal";
+%csmethodmodifiers photon_binding::Session::last_top_tokens "internal";
+%csmethodmodifiers photon_binding::Session::last_top_logprobs "internal";
+%csmethodmodifiers photon_binding::TokenListener::top_tokens "internal";
+%csmethodmodifiers photon_binding::TokenListener::top_logprobs "internal";
+%csmethodmodifiers photon_binding::BatchListener::top_tokens "internal";
+%csmethodmodifiers photon_binding::BatchListener::top_logprobs "internal";
 
 %typemap(csimports) photon_binding::Session %{
 using System;
@@ -364,7 +370,8 @@ using System.Runtime.ExceptionServices;
     for (int i = 0; i < maxTokens; ++i) {
       int id = NextToken();
       if (id < 0) yield break;
-      yield return new Token(id, LastPiece(), LastLogprob());
+      yield return new Token(id, LastPiece(), LastLogprob(),
+                             TopLogprob.Of(LastTopTokens(), LastTopLogprobs));
     }
   }
 
@@ -379,7 +386,8 @@ using System.Runtime.ExceptionServices;
 
     public override bool OnToken(int token, string piece, float logprob) {
       try {
-        return onToken(new Token(token, piece, logprob));
+        return onToken(
+            new Token(token, piece, logprob, TopLogprob.Of(TopTokens(), TopLogprobs)));
       } catch (Exception e) {
         Error = ExceptionDispatchInfo.Capture(e);
         return false;
@@ -397,7 +405,8 @@ using System.Runtime.ExceptionServices;
 
     public override bool OnToken(int sessionIndex, int token, string piece, float logprob) {
       try {
-        return onToken(sessionIndex, new Token(token, piece, logprob));
+        return onToken(sessionIndex, new Token(token, piece, logprob,
+                                               TopLogprob.Of(TopTokens(), TopLogprobs)));
       } catch (Exception e) {
         Error = ExceptionDispatchInfo.Capture(e);
         return false;

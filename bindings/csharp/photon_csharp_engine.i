@@ -64,6 +64,8 @@ PHOTON_CSHARP_GETTER(photon_binding::Request, stop_reason, StopReason)
 %csmethodmodifiers photon_binding::Request::next_token "internal";
 %csmethodmodifiers photon_binding::Request::last_piece "internal";
 %csmethodmodifiers photon_binding::Request::last_logprob "internal";
+%csmethodmodifiers photon_binding::Request::last_top_tokens "internal";
+%csmethodmodifiers photon_binding::Request::last_top_logprobs "internal";
 %csmethodmodifiers photon_binding::Request::error_status "internal";
 %csmethodmodifiers photon_binding::Request::error_status_name "internal";
 %csmethodmodifiers photon_binding::Request::error_message "internal";
@@ -134,7 +136,8 @@ using System.Threading.Tasks;
 
     public override bool OnToken(int token, string piece, float logprob) {
       try {
-        return onToken(new Token(token, piece, logprob));
+        return onToken(
+            new Token(token, piece, logprob, TopLogprob.Of(TopTokens(), TopLogprobs)));
       } catch (Exception e) {  // it cannot cross the engine's thread: kept for Wait
         if (Error == null) Error = ExceptionDispatchInfo.Capture(e);
         return false;
@@ -224,7 +227,8 @@ using System.Threading.Tasks;
     for (;;) {
       int id = NextToken(-1);
       if (id < 0) yield break;
-      yield return new Token(id, LastPiece(), LastLogprob());
+      yield return new Token(id, LastPiece(), LastLogprob(),
+                             TopLogprob.Of(LastTopTokens(), LastTopLogprobs));
     }
   }
 %}

@@ -225,6 +225,7 @@ func (e *Engine) Submit(r RequestOptions) (*Request, error) {
 					submitted = n.SubmitPulled(o)
 				} else { // the native request owns the director from here, also if this fails
 					director := native.NewDirectorTokenListener(request.listener)
+					request.listener.director = director
 					submitted = n.SubmitWithListener(o, director)
 				}
 			},
@@ -424,7 +425,8 @@ func (it *RequestTokens) Next() bool {
 	it.err = it.request.run(func(n native.Request) {
 		// A failed call's status must be the last one the call reads: no more calls after it.
 		if id = n.NextToken(-1); native.LastStatus() == 0 && id >= 0 {
-			it.token = Token{ID: int32(id), Piece: n.LastPiece(), Logprob: n.LastLogprob()}
+			it.token = Token{ID: int32(id), Piece: n.LastPiece(), Logprob: n.LastLogprob(),
+				TopLogprobs: topLogprobs(n.LastTopTokens(), n.LastTopLogprobs)}
 		}
 	})
 	if it.err != nil || id < 0 {
@@ -493,7 +495,8 @@ func (r *Request) TakeSession() (*Session, error) {
 // engine's stepping thread.
 type requestListener struct {
 	onToken    func(Token) error
-	mutex      sync.Mutex // guards what follows: Wait reads them on another goroutine
+	director   native.TokenListener // holds the alternatives of the token being delivered
+	mutex      sync.Mutex           // guards what follows: Wait reads them on another goroutine
 	err        error
 	panicked   bool
 	panicValue interface{}
@@ -508,7 +511,9 @@ func (l *requestListener) OnToken(token int, piece string, logprob float32) (kee
 			keepGoing = false
 		}
 	}()
-	if err := l.onToken(Token{ID: int32(token), Piece: piece, Logprob: logprob}); err != nil {
+	top := topLogprobs(l.director.TopTokens(), l.director.TopLogprobs)
+	delivered := Token{ID: int32(token), Piece: piece, Logprob: logprob, TopLogprobs: top}
+	if err := l.onToken(delivered); err != nil {
 		if !errors.Is(err, ErrStop) {
 			l.mutex.Lock()
 			l.err = err

@@ -89,11 +89,36 @@ func (r StopReason) String() string {
 }
 
 // Token is a generated token: its id, its UTF-8-complete text piece (empty while a character is
-// split across tokens) and log p(token) under the model's unmodified distribution.
+// split across tokens), log p(token) under the model's unmodified distribution, and the
+// alternatives of its position: the k most likely ids with their log-probabilities, the most
+// likely first (SessionOptions.TopLogprobs; nil when it is 0). Model.TokenPiece names them.
 type Token struct {
+	ID          int32
+	Piece       string
+	Logprob     float32
+	TopLogprobs []TopLogprob
+}
+
+// TopLogprob is one alternative of a generated token: a token id and its log-probability at the
+// token's position under the model's unmodified distribution.
+type TopLogprob struct {
 	ID      int32
-	Piece   string
 	Logprob float32
+}
+
+// topLogprobs pairs a token's alternatives from the native getters of their ids and
+// log-probabilities, called on the thread that received the token (logprobs is not called when
+// there are none): nil for none.
+func topLogprobs(ids []int32, logprobs func() []float32) []TopLogprob {
+	if len(ids) == 0 {
+		return nil
+	}
+	values := logprobs()
+	top := make([]TopLogprob, len(ids))
+	for i, id := range ids {
+		top[i] = TopLogprob{ID: id, Logprob: values[i]}
+	}
+	return top
 }
 
 // Version is the native library's version, "MAJOR.MINOR.PATCH".
@@ -235,6 +260,22 @@ func (m *Model) Detokenize(ids []int32) (string, error) {
 		return "", err
 	}
 	return text, nil
+}
+
+// TokenPiece returns the raw bytes token adds to generated text after the token previous (-1, or
+// a token without text such as BOS: at the start of the text, where a leading space is dropped):
+// a piece before a character split across tokens is put together, so it may hold part of a UTF-8
+// character. For naming the alternatives of Token.TopLogprobs.
+func (m *Model) TokenPiece(token, previous int32) ([]byte, error) {
+	if m.native == nil {
+		return nil, ErrClosed
+	}
+	defer runtime.KeepAlive(m)
+	var piece []byte
+	if err := call(func() { piece = m.native.TokenPiece(int(token), int(previous)) }); err != nil {
+		return nil, err
+	}
+	return piece, nil
 }
 
 // Score returns teacher-forced log-probabilities: element i is log p(ids[i] | ids[:i]); element 0

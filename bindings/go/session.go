@@ -10,7 +10,8 @@ import (
 
 // SessionOptions are the settings of a session. The zero value holds the defaults: mode Auto,
 // the model's context length, f32 KV caches, seed 0, greedy decoding, no top-k / top-p / min-p,
-// no repetition / presence / frequency penalty, no logit bias, stop at EOS, no stop strings.
+// no repetition / presence / frequency penalty, no logit bias, no alternatives, stop at EOS, no
+// stop strings.
 type SessionOptions struct {
 	Mode              Mode
 	ContextLength     int     // tokens the session holds at most; 0: the model's
@@ -24,6 +25,7 @@ type SessionOptions struct {
 	RepetitionLastN   int     // the window every penalty looks back over, in tokens; 0: 64
 	PresencePenalty   float32 // subtracted from the logit of each id in the window; 0: off
 	FrequencyPenalty  float32 // subtracted as often as the id occurs there; 0: off
+	TopLogprobs       int     // alternatives each token reports (Token.TopLogprobs), <= 20; 0: off
 	IgnoreEOS         bool    // do not stop at the end-of-sequence token
 	StopStrings       []string
 	ContextShift      bool // past a full context, keep its last half and go on
@@ -39,7 +41,7 @@ func (o *SessionOptions) build() (settings native.SessionOptions, err error) {
 			value int
 		}{
 			{"ContextLength", o.ContextLength}, {"TopK", o.TopK},
-			{"RepetitionLastN", o.RepetitionLastN},
+			{"RepetitionLastN", o.RepetitionLastN}, {"TopLogprobs", o.TopLogprobs},
 		} {
 			if err := int32Arg(field.name, field.value); err != nil {
 				return nil, err
@@ -90,6 +92,7 @@ func (o *SessionOptions) build() (settings native.SessionOptions, err error) {
 					settings.SetLogitBias(tokens, biases)
 				}
 			},
+			func() { settings.SetTopLogprobs(o.TopLogprobs) },
 			func() { settings.SetIgnoreEos(o.IgnoreEOS) },
 			func() { settings.SetContextShift(o.ContextShift) },
 		}
@@ -262,6 +265,7 @@ func (s *Session) Generate(maxTokens int, onToken func(Token) error) (int, error
 	listener := &tokenListener{onToken: onToken}
 	director := native.NewDirectorTokenListener(listener)
 	defer native.DeleteDirectorTokenListener(director)
+	listener.director = director
 	err := s.run(func(n native.Session) { generated = n.GenerateWithListener(maxTokens, director) })
 	if listener.panicked {
 		panic(listener.panicValue)
@@ -275,6 +279,7 @@ func (s *Session) Generate(maxTokens int, onToken func(Token) error) (int, error
 // tokenListener is the Go side of the SWIG director that receives generate's tokens.
 type tokenListener struct {
 	onToken    func(Token) error
+	director   native.TokenListener // holds the alternatives of the token being delivered
 	err        error
 	panicked   bool
 	panicValue interface{}
@@ -286,7 +291,9 @@ func (l *tokenListener) OnToken(token int, piece string, logprob float32) (keepG
 			l.panicked, l.panicValue, keepGoing = true, value, false
 		}
 	}()
-	if err := l.onToken(Token{ID: int32(token), Piece: piece, Logprob: logprob}); err != nil {
+	top := topLogprobs(l.director.TopTokens(), l.director.TopLogprobs)
+	delivered := Token{ID: int32(token), Piece: piece, Logprob: logprob, TopLogprobs: top}
+	if err := l.onToken(delivered); err != nil {
 		if !errors.Is(err, ErrStop) {
 			l.err = err
 		}
@@ -325,6 +332,7 @@ func GenerateBatch(
 		listener := &batchListener{onToken: onToken}
 		director := native.NewDirectorBatchListener(listener)
 		defer native.DeleteDirectorBatchListener(director)
+		listener.director = director
 		err = call(func() {
 			generated = native.SessionGenerateBatchWithListener(vector, maxTokens, director)
 		})
@@ -368,6 +376,7 @@ func PrefillBatch(sessions []*Session, tokens [][]int32) error {
 // batchListener is the Go side of the SWIG director that receives a batch's tokens.
 type batchListener struct {
 	onToken    func(int, Token) error
+	director   native.BatchListener // holds the alternatives of the token being delivered
 	err        error
 	panicked   bool
 	panicValue interface{}
@@ -382,7 +391,9 @@ func (l *batchListener) OnToken(index int, token int, piece string, logprob floa
 			l.panicked, l.panicValue, keep = true, value, false
 		}
 	}()
-	if err := l.onToken(index, Token{ID: int32(token), Piece: piece, Logprob: logprob}); err != nil {
+	top := topLogprobs(l.director.TopTokens(), l.director.TopLogprobs)
+	delivered := Token{ID: int32(token), Piece: piece, Logprob: logprob, TopLogprobs: top}
+	if err := l.onToken(index, delivered); err != nil {
 		if !errors.Is(err, ErrStop) {
 			l.err = err
 		}
@@ -419,8 +430,10 @@ func (it *TokenIterator) Next() bool {
 	}
 	id := -1
 	it.err = it.session.run(func(n native.Session) {
-		if id = n.NextToken(); id >= 0 {
-			it.token = Token{ID: int32(id), Piece: n.LastPiece(), Logprob: n.LastLogprob()}
+		// A failed call's status must be the last one the call reads: no more calls after it.
+		if id = n.NextToken(); native.LastStatus() == 0 && id >= 0 {
+			it.token = Token{ID: int32(id), Piece: n.LastPiece(), Logprob: n.LastLogprob(),
+				TopLogprobs: topLogprobs(n.LastTopTokens(), n.LastTopLogprobs)}
 		}
 	})
 	if it.err != nil || id < 0 {

@@ -258,6 +258,12 @@ PHOTON_JAVA_ARRAY(photon_binding::Logprobs, jfloatArray, float[], jfloat, NewFlo
 %javamethodmodifiers photon_binding::Session::next_token "";
 %javamethodmodifiers photon_binding::Session::last_piece "";
 %javamethodmodifiers photon_binding::Session::last_logprob "";
+%javamethodmodifiers photon_binding::Session::last_top_tokens "";
+%javamethodmodifiers photon_binding::Session::last_top_logprobs "";
+%javamethodmodifiers photon_binding::TokenListener::top_tokens "";
+%javamethodmodifiers photon_binding::TokenListener::top_logprobs "";
+%javamethodmodifiers photon_binding::BatchListener::top_tokens "";
+%javamethodmodifiers photon_binding::BatchListener::top_logprobs "";
 
 %typemap(javaimports) photon_binding::Session %{
 import java.util.Iterator;
@@ -276,7 +282,8 @@ import java.util.stream.StreamSupport;
     TokenListener listener = new TokenListener() {
       @Override
       public boolean onToken(int token, String piece, float logprob) {
-        return callback.onToken(new Token(token, piece, logprob));
+        return callback.onToken(new Token(
+            token, piece, logprob, TopLogprob.listOf(topTokens(), this::topLogprobs)));
       }
     };
     try {
@@ -298,7 +305,8 @@ import java.util.stream.StreamSupport;
     BatchListener listener = callback == null ? null : new BatchListener() {
       @Override
       public boolean onToken(int sessionIndex, int token, String piece, float logprob) {
-        return callback.onToken(sessionIndex, new Token(token, piece, logprob));
+        return callback.onToken(sessionIndex, new Token(token, piece, logprob,
+            TopLogprob.listOf(topTokens(), this::topLogprobs)));
       }
     };
     try {
@@ -340,7 +348,8 @@ import java.util.stream.StreamSupport;
             done = true;
           } else {
             --remaining;
-            next = new Token(id, lastPiece(), lastLogprob());
+            next = new Token(id, lastPiece(), lastLogprob(),
+                TopLogprob.listOf(lastTopTokens(), Session.this::lastTopLogprobs));
           }
         }
         return next != null;

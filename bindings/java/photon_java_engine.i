@@ -71,6 +71,8 @@ PHOTON_JAVA_SHARED_CLOSE(photon_binding::Request)
 %javamethodmodifiers photon_binding::Request::next_token "";
 %javamethodmodifiers photon_binding::Request::last_piece "";
 %javamethodmodifiers photon_binding::Request::last_logprob "";
+%javamethodmodifiers photon_binding::Request::last_top_tokens "";
+%javamethodmodifiers photon_binding::Request::last_top_logprobs "";
 %javamethodmodifiers photon_binding::Request::error_status "";
 %javamethodmodifiers photon_binding::Request::error_status_name "";
 %javamethodmodifiers photon_binding::Request::error_message "";
@@ -137,7 +139,8 @@ import java.util.stream.StreamSupport;
     @Override
     public boolean onToken(int token, String piece, float logprob) {
       try {
-        return callback.onToken(new Token(token, piece, logprob));
+        return callback.onToken(new Token(
+            token, piece, logprob, TopLogprob.listOf(topTokens(), this::topLogprobs)));
       } catch (RuntimeException | Error e) {  // it cannot cross the engine's thread: kept
         if (error == null) error = e;
         return false;
@@ -246,7 +249,8 @@ import java.util.stream.StreamSupport;
           if (id < 0) {
             done = true;
           } else {
-            next = new Token(id, lastPiece(), lastLogprob());
+            next = new Token(id, lastPiece(), lastLogprob(),
+                TopLogprob.listOf(lastTopTokens(), Request.this::lastTopLogprobs));
           }
         }
         return next != null;

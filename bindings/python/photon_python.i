@@ -379,6 +379,7 @@ PHOTON_PYTHON_CHAIN(set_min_p)
 PHOTON_PYTHON_CHAIN(set_repetition_penalty)
 PHOTON_PYTHON_CHAIN(set_presence_penalty)
 PHOTON_PYTHON_CHAIN(set_frequency_penalty)
+PHOTON_PYTHON_CHAIN(set_top_logprobs)
 PHOTON_PYTHON_CHAIN(set_ignore_eos)
 PHOTON_PYTHON_CHAIN(add_stop_string)
 PHOTON_PYTHON_CHAIN(set_context_shift)
@@ -410,7 +411,8 @@ class _CallbackListener(_TokenListener):
         self._on_token = on_token
 
     def on_token(self, token, piece, logprob):
-        return self._on_token(Token(token, piece, logprob)) is not False
+        top = _top_logprobs(self.top_tokens, self.top_logprobs)
+        return self._on_token(Token(token, piece, logprob, top)) is not False
 
 
 class _BatchCallbackListener(_BatchListener):
@@ -419,7 +421,8 @@ class _BatchCallbackListener(_BatchListener):
         self._on_token = on_token
 
     def on_token(self, session_index, token, piece, logprob):
-        return self._on_token(session_index, Token(token, piece, logprob)) is not False
+        top = _top_logprobs(self.top_tokens, self.top_logprobs)
+        return self._on_token(session_index, Token(token, piece, logprob, top)) is not False
 
 
 class _RequestListener(_TokenListener):
@@ -433,7 +436,8 @@ class _RequestListener(_TokenListener):
 
     def on_token(self, token, piece, logprob):
         try:
-            return self._on_token(Token(token, piece, logprob)) is not False
+            top = _top_logprobs(self.top_tokens, self.top_logprobs)
+            return self._on_token(Token(token, piece, logprob, top)) is not False
         except BaseException as error:
             self.error = error
             return False

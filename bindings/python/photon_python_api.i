@@ -10,6 +10,8 @@
 %rename(_next_token) photon_binding::Session::next_token;
 %rename(_last_piece) photon_binding::Session::last_piece;
 %rename(_last_logprob) photon_binding::Session::last_logprob;
+%rename(_last_top_tokens) photon_binding::Session::last_top_tokens;
+%rename(_last_top_logprobs) photon_binding::Session::last_top_logprobs;
 %define PHOTON_PYTHON_GETTER(CLASS, GETTER)
 %rename(_ ## GETTER) CLASS::GETTER;
 %enddef
@@ -68,6 +70,14 @@ photon_binding::Model::Model(const std::string &, const std::string &, int, bool
         add_bos."""
         return _native.Model_tokenize(self, text, add_bos)
 %}
+%feature("shadow") photon_binding::Model::token_piece %{
+    def token_piece(self, token, previous=-1):
+        """The raw bytes token adds to generated text after the token previous (-1, or a token
+        without text such as BOS: at the start of the text, where a leading space is dropped):
+        bytes, since a piece may hold part of a UTF-8 character. For naming the alternatives of
+        Token.top_logprobs."""
+        return _native.Model_token_piece(self, token, previous)
+%}
 %feature("shadow") photon_binding::SessionOptions::set_logit_bias %{
     def set_logit_bias(self, tokens, biases=None):
         """Replaces the logit biases: biases[i] is added to the logit of tokens[i] (distinct
@@ -115,12 +125,33 @@ class StopReason(_enum.IntEnum):
     ERROR = 7
 
 
-class Token(_NamedTuple):
-    """A generated token: id, UTF-8-complete text piece (may be empty while a character is split
-    across tokens) and log p(token) under the model's unmodified distribution."""
+class _TokenFields(_NamedTuple):
     id: int
     piece: str
     logprob: float
+
+
+class Token(_TokenFields):
+    """A generated token: id, UTF-8-complete text piece (may be empty while a character is split
+    across tokens) and log p(token) under the model's unmodified distribution; top_logprobs: the
+    alternatives of its position, ((id, logprob), ...) for the k most likely ids, the most likely
+    first (SessionOptions.set_top_logprobs(k); empty when k is 0). Model.token_piece names
+    them. The alternatives are an attribute beside the tuple, so a token still unpacks into its
+    three fields and compares by them."""
+    top_logprobs = ()
+
+    def __new__(cls, id, piece, logprob, top_logprobs=()):
+        token = super().__new__(cls, id, piece, logprob)
+        if top_logprobs:
+            token.top_logprobs = tuple(top_logprobs)
+        return token
+
+
+def _top_logprobs(tokens, logprobs):
+    """A token's alternatives as Token.top_logprobs holds them, from the native getters of its
+    ids and log-probabilities (the second is not called when there are none)."""
+    ids = tokens()
+    return tuple(zip(ids, logprobs())) if ids else ()
 
 
 class _ClosingMixin:
@@ -245,6 +276,7 @@ def _require_callable(on_token):
             token_id = self._next_token()
             if token_id < 0:
                 return
-            yield Token(token_id, self._last_piece(), self._last_logprob())
+            yield Token(token_id, self._last_piece(), self._last_logprob(),
+                        _top_logprobs(self._last_top_tokens, self._last_top_logprobs))
 %}
 }

@@ -22,6 +22,8 @@ PHOTON_PYTHON_GETTER(photon_binding::Request, wait)
 PHOTON_PYTHON_GETTER(photon_binding::Request, next_token)
 PHOTON_PYTHON_GETTER(photon_binding::Request, last_piece)
 PHOTON_PYTHON_GETTER(photon_binding::Request, last_logprob)
+PHOTON_PYTHON_GETTER(photon_binding::Request, last_top_tokens)
+PHOTON_PYTHON_GETTER(photon_binding::Request, last_top_logprobs)
 PHOTON_PYTHON_GETTER(photon_binding::Request, when_finished)
 PHOTON_PYTHON_GETTER(photon_binding::Engine, start)
 PHOTON_PYTHON_GETTER(photon_binding::Engine, stop)
@@ -282,7 +284,8 @@ def _stop_engines():
                 raise
             if token_id < 0:
                 return
-            yield Token(token_id, self._last_piece(), self._last_logprob())
+            yield Token(token_id, self._last_piece(), self._last_logprob(),
+                        _top_logprobs(self._last_top_tokens, self._last_top_logprobs))
 
     def stats(self):
         """The request's RequestStats now."""

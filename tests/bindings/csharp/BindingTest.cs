@@ -377,6 +377,118 @@ static class BindingTest {
     }
   }
 
+  const int TopK = 3;
+
+  // A token with its alternatives, for comparing tokens (Token has reference equality).
+  static string Describe(Token token) =>
+      $"{token.Id} '{token.Piece}' {token.Logprob:R} [" +
+      string.Join(" ", token.TopLogprobs.Select(a => $"{a.Id}:{a.Logprob:R}")) + "]";
+
+  static string Describe(IEnumerable<Token> tokens) => string.Join(", ", tokens.Select(Describe));
+
+  // Each token holds k alternatives of distinct ids, the most likely first (the lower id first on
+  // ties); greedy decoding drew the first one, whose log-probability is the token's own (to float
+  // rounding).
+  static void CheckAlternatives(List<Token> tokens, int k, string what) {
+    Check(tokens.Count == SamplerTokens, $"{what}: {tokens.Count} tokens");
+    foreach (Token token in tokens) {
+      IReadOnlyList<TopLogprob> top = token.TopLogprobs;
+      Check(top.Count == k, $"{what}: {k} alternatives: {Describe(token)}");
+      if (k == 0) continue;
+      Check(top[0].Id == token.Id && Math.Abs(top[0].Logprob - token.Logprob) <= 1e-5f,
+            $"{what}: the greedy token is the first alternative: {Describe(token)}");
+      for (int i = 1; i < k; ++i) {
+        Check(top[i - 1].Logprob > top[i].Logprob
+                  || (top[i - 1].Logprob == top[i].Logprob && top[i - 1].Id < top[i].Id),
+              $"{what}: the most likely first: {Describe(token)}");
+      }
+      Check(top.Select(a => a.Id).Distinct().Count() == k && top.All(a => a.Logprob <= 0),
+            $"{what}: distinct ids, log-probabilities: {Describe(token)}");
+    }
+  }
+
+  // The tokens a greedy session with options generates after Prompt, pulled or pushed.
+  static List<Token> GreedyRun(Model model, SessionOptions options, bool pull) {
+    using (var session = new Session(model, options)) {
+      session.Prefill(Prompt);
+      if (pull) return session.Tokens(SamplerTokens).ToList();
+      var pushed = new List<Token>();
+      session.Generate(SamplerTokens, token => { pushed.Add(token); return true; });
+      return pushed;
+    }
+  }
+
+  // SetTopLogprobs(k) gives each token its k alternatives, the same through the enumeration, the
+  // callback and a batch; 0 gives none and the same draws; Model.TokenPiece names them.
+  static void TestTopLogprobs(Model model) {
+    using (var options = Greedy())
+    using (var plainOptions = Greedy())
+    using (var zero = Greedy().SetTopLogprobs(0)) {
+      Check(ReferenceEquals(options.SetTopLogprobs(TopK), options), "SetTopLogprobs chains");
+      List<Token> pulled = GreedyRun(model, options, true);
+      CheckAlternatives(pulled, TopK, "pulled");
+      List<Token> pushed = GreedyRun(model, options, false);
+      Check(Describe(pushed) == Describe(pulled),
+            "the callback's alternatives are the enumeration's: " + Describe(pushed));
+      using (var first = new Session(model, options))
+      using (var second = new Session(model, options)) {
+        first.Prefill(Prompt);
+        second.Prefill(Prompt);
+        var batched = new[] { new List<Token>(), new List<Token>() };
+        Session.GenerateBatch(new[] { first, second }, SamplerTokens, (index, token) => {
+          batched[index].Add(token);
+          return true;
+        });
+        Check(batched.All(tokens => Describe(tokens) == Describe(pulled)),
+              "a batch's alternatives: " + string.Join("; ", batched.Select(Describe)));
+      }
+
+      List<Token> plain = GreedyRun(model, plainOptions, true);
+      CheckAlternatives(plain, 0, "k = 0 pulled");
+      List<Token> quiet = GreedyRun(model, zero, false);
+      CheckAlternatives(quiet, 0, "k = 0 pushed");
+      Check(plain.Select(t => t.Id).SequenceEqual(pulled.Select(t => t.Id))
+                && quiet.Select(t => t.Id).SequenceEqual(pulled.Select(t => t.Id)),
+            "alternatives leave the draws alone");
+      Check(new Token(1, "a", -1f).TopLogprobs.Count == 0, "a Token without alternatives");
+      foreach (int k in new[] { 21, -1 }) {  // PHOTON_MAX_TOP_LOGPROBS is 20
+        ExpectError(() => options.SetTopLogprobs(k), $"SetTopLogprobs({k})",
+                    "PHOTON_ERR_INVALID_ARGUMENT");
+      }
+
+      // A token's raw bytes after the one before it are its piece when that piece is plain text:
+      // it is not empty (the start of a split character) and nothing was held back before it.
+      int[] prompt = model.Tokenize(Prompt);
+      int previous = prompt[prompt.Length - 1], compared = 0;
+      bool held = false;
+      foreach (Token token in pulled) {
+        byte[] raw = model.TokenPiece(token.Id, previous);
+        if (token.Piece.Length > 0 && !held) {
+          Check(raw.SequenceEqual(Encoding.UTF8.GetBytes(token.Piece)),
+                $"token {token.Id}'s bytes after {previous}: {BitConverter.ToString(raw)} vs " +
+                    $"'{token.Piece}'");
+          ++compared;
+        }
+        foreach (TopLogprob alternative in token.TopLogprobs) {
+          model.TokenPiece(alternative.Id, previous);  // every alternative has a piece
+        }
+        previous = token.Id;
+        held = token.Piece.Length == 0;
+      }
+      Check(compared > 0, "a plain text token's bytes are its piece: " + Describe(pulled));
+      foreach (Token token in pulled.Where(t => t.Piece.StartsWith(" ") && t.Piece.Length > 1)) {
+        byte[] start = model.TokenPiece(token.Id, -1);
+        Check(start.SequenceEqual(Encoding.UTF8.GetBytes(token.Piece.Substring(1)))
+                  && start.SequenceEqual(model.TokenPiece(token.Id, model.Bos)),
+              "at the start of the text a leading space is dropped: " + Describe(token));
+      }
+      ExpectError(() => model.TokenPiece(model.VocabSize, -1),
+                  "TokenPiece of an id outside the vocabulary", "PHOTON_ERR_BAD_TOKEN");
+      ExpectError(() => model.TokenPiece(pulled[0].Id, model.VocabSize),
+                  "TokenPiece after an id outside the vocabulary", "PHOTON_ERR_BAD_TOKEN");
+    }
+  }
+
   // Cancel() from another thread stops a Generate, and a second call on the busy session fails
   // instead of racing.
   static void TestThreads(Model model) {
@@ -579,6 +691,47 @@ static class BindingTest {
 
   static void StepToEnd(Engine engine) {
     for (int steps = 0; engine.Step() > 0 && steps < 10000; ++steps) {}
+  }
+
+  // A request's alternatives (SessionOptions.SetTopLogprobs) are its session's alone, pulled and
+  // pushed to a callback alike.
+  static void TestEngineTopLogprobs(Model model) {
+    using (var options = Greedy().SetTopLogprobs(TopK)) {
+      List<Token> expected;
+      using (var session = new Session(model, options)) {
+        session.Prefill(Prompt);
+        expected = session.Tokens(EngineTokens).ToList();
+      }
+      Check(expected.All(token => token.TopLogprobs.Count == TopK),
+            "alternatives: " + Describe(expected));
+      var pushed = new List<Token>();
+      List<Token> pulled, plain;
+      using (var ask = new RequestOptions().SetPromptText(Prompt).SetOptions(options)
+                           .SetMaxTokens(EngineTokens))
+      using (var plainAsk = Ask(Prompt, EngineTokens))
+      using (var engine = new Engine(model)) {
+        engine.Start();
+        using (var pushing = engine.Submit(ask, token => {
+                 lock (pushed) pushed.Add(token);
+                 return true;
+               }))
+        using (var pulling = engine.Submit(ask))
+        using (var plainRequest = engine.Submit(plainAsk)) {
+          pulled = pulling.Tokens().ToList();
+          plain = plainRequest.Tokens().ToList();
+          AwaitEnd(pushing);
+        }
+        engine.Stop(true);
+      }
+      Check(Describe(pulled) == Describe(expected),
+            $"pulled alternatives: {Describe(pulled)} vs alone {Describe(expected)}");
+      lock (pushed) {
+        Check(Describe(pushed) == Describe(expected),
+              $"pushed alternatives: {Describe(pushed)} vs alone {Describe(expected)}");
+      }
+      Check(plain.Count == EngineTokens && plain.All(token => token.TopLogprobs.Count == 0),
+            "k = 0: " + Describe(plain));
+    }
   }
 
   // Requests streamed at once, pulled by enumerations on threads and pushed to callbacks: each
@@ -1048,6 +1201,8 @@ static class BindingTest {
           Console.WriteLine("ok TestKvType");
           TestSamplerSettings(model);
           Console.WriteLine("ok TestSamplerSettings");
+          TestTopLogprobs(model);
+          Console.WriteLine("ok TestTopLogprobs");
           TestLongInputs(args[3]);
           Console.WriteLine("ok TestLongInputs");
           TestThreads(model);
@@ -1069,6 +1224,8 @@ static class BindingTest {
         using (var model = new Model(modelPath)) {
           TestEngineStreams(model);
           Console.WriteLine("ok TestEngineStreams");
+          TestEngineTopLogprobs(model);
+          Console.WriteLine("ok TestEngineTopLogprobs");
           TestEngineStepped(model);
           Console.WriteLine("ok TestEngineStepped");
           TestEngineCancel(model);

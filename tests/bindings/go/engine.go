@@ -130,6 +130,49 @@ func testEngineStreams(model *photon.Model) {
 		"engine stats: %+v", stats)
 }
 
+// A request's alternatives (SessionOptions.TopLogprobs) are its session's alone, pulled and pushed
+// to a callback alike.
+func testEngineTopLogprobs(model *photon.Model) {
+	options := photon.SessionOptions{TopLogprobs: topK, IgnoreEOS: true}
+	session := must(model.NewSession(&options))
+	check(session.PrefillText(prompt) == nil, "prefill")
+	expected := pull(session, engineTokens)
+	session.Close()
+	for _, token := range expected {
+		check(len(token.TopLogprobs) == topK, "alternatives: %+v", expected)
+	}
+	engine := must(model.NewEngine(nil))
+	defer engine.Close()
+	check(engine.Start() == nil, "start")
+	pushed := &collector{}
+	pushing := must(engine.Submit(photon.RequestOptions{
+		PromptText: prompt, Options: &options, MaxTokens: engineTokens, OnToken: pushed.add}))
+	defer pushing.Close()
+	var pulled, plain []photon.Token
+	for _, request := range []struct {
+		options *photon.SessionOptions
+		into    *[]photon.Token
+	}{{&options, &pulled}, {&greedy, &plain}} {
+		submitted := must(engine.Submit(photon.RequestOptions{
+			PromptText: prompt, Options: request.options, MaxTokens: engineTokens}))
+		tokens := submitted.Tokens()
+		for tokens.Next() {
+			*request.into = append(*request.into, tokens.Token())
+		}
+		check(tokens.Err() == nil && submitted.Close() == nil, "pulled: %v", tokens.Err())
+	}
+	awaitEnd(pushing)
+	check(engine.Stop(true) == nil, "stop")
+	check(reflect.DeepEqual(pulled, expected), "pulled alternatives: %+v vs alone %+v", pulled,
+		expected)
+	check(reflect.DeepEqual(pushed.get(), expected), "pushed alternatives: %+v vs alone %+v",
+		pushed.get(), expected)
+	check(len(plain) == engineTokens, "k = 0: %+v", plain)
+	for _, token := range plain {
+		check(token.TopLogprobs == nil, "k = 0: %+v", plain)
+	}
+}
+
 // An engine stepped by the caller's loop: nothing happens between steps.
 func testEngineStepped(model *photon.Model) {
 	expected := alone(model, prompt, engineTokens)

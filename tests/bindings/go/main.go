@@ -475,6 +475,125 @@ func testSamplerSettings(model *photon.Model) {
 	expectError(err, "a biased token outside the vocabulary", "PHOTON_ERR_BAD_TOKEN")
 }
 
+const topK = 3
+
+// checkAlternatives: each token holds k alternatives of distinct ids, the most likely first (the
+// lower id first on ties); greedy decoding drew the first one, whose log-probability is the
+// token's own (to float rounding).
+func checkAlternatives(tokens []photon.Token, k int, what string) {
+	check(len(tokens) == samplerTokens, "%s: %d tokens", what, len(tokens))
+	for _, token := range tokens {
+		top := token.TopLogprobs
+		check(len(top) == k, "%s: %d alternatives: %+v", what, k, token)
+		if k == 0 {
+			check(top == nil, "%s: no alternatives: %+v", what, token)
+			continue
+		}
+		check(top[0].ID == token.ID && math.Abs(float64(top[0].Logprob-token.Logprob)) <= 1e-5,
+			"%s: the greedy token is the first alternative: %+v", what, token)
+		seen := map[int32]bool{}
+		for i, alternative := range top {
+			check(!seen[alternative.ID] && alternative.Logprob <= 0,
+				"%s: distinct ids, log-probabilities: %+v", what, token)
+			seen[alternative.ID] = true
+			if i > 0 {
+				a := top[i-1]
+				check(a.Logprob > alternative.Logprob ||
+					(a.Logprob == alternative.Logprob && a.ID < alternative.ID),
+					"%s: the most likely first: %+v", what, token)
+			}
+		}
+	}
+}
+
+// greedyRun: the tokens a greedy session with options generates after the prompt, pulled or
+// pushed.
+func greedyRun(model *photon.Model, options photon.SessionOptions, pulled bool) []photon.Token {
+	options.IgnoreEOS = true
+	session := must(model.NewSession(&options))
+	defer session.Close()
+	check(session.PrefillText(prompt) == nil, "prefill")
+	if pulled {
+		return pull(session, samplerTokens)
+	}
+	var pushed []photon.Token
+	_, err := session.Generate(samplerTokens, func(token photon.Token) error {
+		pushed = append(pushed, token)
+		return nil
+	})
+	check(err == nil, "generate: %v", err)
+	return pushed
+}
+
+// testTopLogprobs: SessionOptions.TopLogprobs gives each token its alternatives, the same through
+// the iterator, the callback and a batch; 0 gives none and the same draws; Model.TokenPiece names
+// them.
+func testTopLogprobs(model *photon.Model) {
+	options := photon.SessionOptions{TopLogprobs: topK, IgnoreEOS: true}
+	pulled := greedyRun(model, options, true)
+	checkAlternatives(pulled, topK, "pulled")
+	pushed := greedyRun(model, options, false)
+	check(reflect.DeepEqual(pushed, pulled), "the callback's alternatives are the iterator's: %+v",
+		pushed)
+	first, second := must(model.NewSession(&options)), must(model.NewSession(&options))
+	defer first.Close()
+	defer second.Close()
+	check(first.PrefillText(prompt) == nil && second.PrefillText(prompt) == nil, "prefill")
+	batched := [2][]photon.Token{}
+	_, err := photon.GenerateBatch([]*photon.Session{first, second}, samplerTokens,
+		func(index int, token photon.Token) error {
+			batched[index] = append(batched[index], token)
+			return nil
+		})
+	check(err == nil && reflect.DeepEqual(batched, [2][]photon.Token{pulled, pulled}),
+		"a batch's alternatives: %+v, %v", batched, err)
+
+	plain := greedyRun(model, photon.SessionOptions{}, true)
+	checkAlternatives(plain, 0, "k = 0 pulled")
+	quiet := greedyRun(model, photon.SessionOptions{}, false)
+	checkAlternatives(quiet, 0, "k = 0 pushed")
+	check(reflect.DeepEqual(ids(plain), ids(pulled)) && reflect.DeepEqual(ids(quiet), ids(pulled)),
+		"alternatives leave the draws alone")
+	for _, k := range []int{21, -1} { // PHOTON_MAX_TOP_LOGPROBS is 20
+		_, err := model.NewSession(&photon.SessionOptions{TopLogprobs: k})
+		expectError(err, fmt.Sprintf("TopLogprobs %d", k), "PHOTON_ERR_INVALID_ARGUMENT")
+	}
+	_, err = model.NewSession(&photon.SessionOptions{TopLogprobs: 1<<32 + 3})
+	check(strings.Contains(expectError(err, "TopLogprobs over 32 bits",
+		"PHOTON_ERR_INVALID_ARGUMENT").Message, "TopLogprobs"), "the field named: %v", err)
+
+	// A token's raw bytes after the one before it are its piece when that piece is plain text: it
+	// is not empty (the start of a split character) and nothing was held back before it.
+	promptIDs := must(model.Tokenize(prompt, true))
+	previous, held, compared := promptIDs[len(promptIDs)-1], false, 0
+	for _, token := range pulled {
+		raw := must(model.TokenPiece(token.ID, previous))
+		if token.Piece != "" && !held {
+			check(bytes.Equal(raw, []byte(token.Piece)), "token %d's bytes after %d: %q vs %q",
+				token.ID, previous, raw, token.Piece)
+			compared++
+		}
+		for _, alternative := range token.TopLogprobs {
+			must(model.TokenPiece(alternative.ID, previous)) // every alternative has a piece
+		}
+		previous, held = token.ID, token.Piece == ""
+	}
+	check(compared > 0, "a plain text token's bytes are its piece: %+v", pulled)
+	for _, token := range pulled {
+		if !strings.HasPrefix(token.Piece, " ") || len(token.Piece) < 2 {
+			continue
+		}
+		start := must(model.TokenPiece(token.ID, -1))
+		check(bytes.Equal(start, []byte(token.Piece[1:])) &&
+			bytes.Equal(start, must(model.TokenPiece(token.ID, int32(model.BOS())))),
+			"at the start of the text a leading space is dropped: %+v", token)
+	}
+	_, err = model.TokenPiece(int32(model.VocabSize()), -1)
+	expectError(err, "TokenPiece of an id outside the vocabulary", "PHOTON_ERR_BAD_TOKEN")
+	_, err = model.TokenPiece(pulled[0].ID, int32(model.VocabSize()))
+	expectError(err, "TokenPiece after an id outside the vocabulary", "PHOTON_ERR_BAD_TOKEN")
+}
+
 // testKVType: 16-bit KV caches, chosen by name, reported by the session, kept by a restored one.
 func testKVType(model *photon.Model) {
 	session := must(model.NewSession(nil))
@@ -730,6 +849,7 @@ func main() {
 			{"testScore", func() { testScore(model) }},
 			{"testKVType", func() { testKVType(model) }},
 			{"testSamplerSettings", func() { testSamplerSettings(model) }},
+			{"testTopLogprobs", func() { testTopLogprobs(model) }},
 			{"testLongInputs", func() { testLongInputs(os.Args[4]) }},
 			{"testGoroutines", func() { testGoroutines(model) }},
 			{"testErrors", func() { testErrors(model, modelPath, workdir) }},
@@ -750,6 +870,7 @@ func main() {
 			run  func()
 		}{
 			{"testEngineStreams", func() { testEngineStreams(model) }},
+			{"testEngineTopLogprobs", func() { testEngineTopLogprobs(model) }},
 			{"testEngineStepped", func() { testEngineStepped(model) }},
 			{"testEngineCancel", func() { testEngineCancel(model) }},
 			{"testEngineCallbacks", func() { testEngineCallbacks(model) }},

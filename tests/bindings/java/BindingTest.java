@@ -19,6 +19,7 @@ import com.photon.Session;
 import com.photon.SessionOptions;
 import com.photon.StopReason;
 import com.photon.Token;
+import com.photon.TopLogprob;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -425,6 +426,111 @@ public final class BindingTest {
     }
   }
 
+  static final int TOP_K = 3;
+
+  // Each token holds k alternatives of distinct ids, the most likely first (the lower id first on
+  // ties); greedy decoding drew the first one, whose log-probability is the token's own (to float
+  // rounding).
+  static void checkAlternatives(List<Token> tokens, int k, String what) {
+    check(tokens.size() == SAMPLER_TOKENS, what + ": " + tokens.size() + " tokens");
+    for (Token token : tokens) {
+      List<TopLogprob> top = token.topLogprobs();
+      check(top.size() == k, what + ": " + k + " alternatives: " + token);
+      if (k == 0) continue;
+      check(top.get(0).id() == token.id()
+          && Math.abs(top.get(0).logprob() - token.logprob()) <= 1e-5f,
+          what + ": the greedy token is the first alternative: " + token);
+      for (int i = 1; i < k; ++i) {
+        TopLogprob a = top.get(i - 1);
+        TopLogprob b = top.get(i);
+        check(a.logprob() > b.logprob() || (a.logprob() == b.logprob() && a.id() < b.id()),
+            what + ": the most likely first: " + token);
+      }
+      check(top.stream().map(TopLogprob::id).distinct().count() == k
+          && top.stream().allMatch(alternative -> alternative.logprob() <= 0),
+          what + ": distinct ids, log-probabilities: " + token);
+    }
+  }
+
+  // The tokens a greedy session with options generates after PROMPT, pulled or pushed.
+  static List<Token> greedyRun(Model model, SessionOptions options, boolean pull) {
+    try (Session session = new Session(model, options)) {
+      session.prefill(PROMPT);
+      if (pull) return session.stream(SAMPLER_TOKENS).collect(Collectors.toList());
+      List<Token> pushed = new ArrayList<>();
+      session.generate(SAMPLER_TOKENS, pushed::add);
+      return pushed;
+    }
+  }
+
+  // setTopLogprobs(k) gives each token its k alternatives, the same through the iterator, the
+  // callback and a batch; 0 gives none and the same draws; Model.tokenPiece names them.
+  static void testTopLogprobs(Model model) {
+    try (SessionOptions options = greedy();
+        SessionOptions plainOptions = greedy();
+        SessionOptions zero = greedy().setTopLogprobs(0)) {
+      check(options.setTopLogprobs(TOP_K) == options, "setTopLogprobs chains");
+      List<Token> pulled = greedyRun(model, options, true);
+      checkAlternatives(pulled, TOP_K, "pulled");
+      List<Token> pushed = greedyRun(model, options, false);
+      check(pushed.equals(pulled), "the callback's alternatives are the iterator's: " + pushed);
+      try (Session first = new Session(model, options);
+          Session second = new Session(model, options)) {
+        first.prefill(PROMPT);
+        second.prefill(PROMPT);
+        List<List<Token>> batched = List.of(new ArrayList<>(), new ArrayList<>());
+        Session.generateBatch(List.of(first, second), SAMPLER_TOKENS,
+            (index, token) -> batched.get(index).add(token));
+        check(batched.equals(List.of(pulled, pulled)), "a batch's alternatives: " + batched);
+      }
+
+      List<Token> plain = greedyRun(model, plainOptions, true);
+      checkAlternatives(plain, 0, "k = 0 pulled");
+      List<Token> quiet = greedyRun(model, zero, false);
+      checkAlternatives(quiet, 0, "k = 0 pushed");
+      check(ids(plain).equals(ids(pulled)) && ids(quiet).equals(ids(pulled)),
+          "alternatives leave the draws alone");
+      check(new Token(1, "a", -1f).topLogprobs().isEmpty(), "a Token without alternatives");
+      for (int k : new int[] {21, -1}) { // PHOTON_MAX_TOP_LOGPROBS is 20
+        expectError(() -> options.setTopLogprobs(k), "setTopLogprobs(" + k + ")",
+            "PHOTON_ERR_INVALID_ARGUMENT");
+      }
+
+      // A token's raw bytes after the one before it are its piece when that piece is plain text:
+      // it is not empty (the start of a split character) and nothing was held back before it.
+      int[] prompt = model.tokenize(PROMPT);
+      int previous = prompt[prompt.length - 1];
+      boolean held = false;
+      int compared = 0;
+      for (Token token : pulled) {
+        byte[] raw = model.tokenPiece(token.id(), previous);
+        if (!token.piece().isEmpty() && !held) {
+          check(Arrays.equals(raw, token.piece().getBytes(StandardCharsets.UTF_8)),
+              "token " + token.id() + "'s bytes after " + previous + ": " + Arrays.toString(raw)
+                  + " vs '" + token.piece() + "'");
+          ++compared;
+        }
+        for (TopLogprob alternative : token.topLogprobs()) {
+          model.tokenPiece(alternative.id(), previous); // every alternative has a piece
+        }
+        previous = token.id();
+        held = token.piece().isEmpty();
+      }
+      check(compared > 0, "a plain text token's bytes are its piece: " + pulled);
+      for (Token token : pulled) {
+        if (!token.piece().startsWith(" ") || token.piece().length() < 2) continue;
+        byte[] start = model.tokenPiece(token.id(), -1);
+        check(Arrays.equals(start, token.piece().substring(1).getBytes(StandardCharsets.UTF_8))
+            && Arrays.equals(start, model.tokenPiece(token.id(), model.bos())),
+            "at the start of the text a leading space is dropped: " + token);
+      }
+      expectError(() -> model.tokenPiece(model.vocabSize(), -1),
+          "tokenPiece of an id outside the vocabulary", "PHOTON_ERR_BAD_TOKEN");
+      expectError(() -> model.tokenPiece(pulled.get(0).id(), model.vocabSize()),
+          "tokenPiece after an id outside the vocabulary", "PHOTON_ERR_BAD_TOKEN");
+    }
+  }
+
   // cancel() from another thread stops a generate() without callback, and a second call on the
   // busy session fails instead of racing.
   static void testThreads(Model model) throws InterruptedException {
@@ -713,6 +819,42 @@ public final class BindingTest {
           && stats.getFailed() == 0 && stats.getGeneratedTokens() == total * ENGINE_TOKENS
           && stats.getRunning() == 0 && stats.getWaiting() == 0 && stats.getSteps() > 0
           && stats.getMemoryPeak() > 0 && stats.getMemoryInUse() == 0, "engine stats");
+    }
+  }
+
+  // A request's alternatives (SessionOptions.setTopLogprobs) are its session's alone, pulled and
+  // pushed to a callback alike.
+  static void testEngineTopLogprobs(Model model) {
+    try (SessionOptions options = greedy().setTopLogprobs(TOP_K)) {
+      List<Token> expected;
+      try (Session session = new Session(model, options)) {
+        session.prefill(PROMPT);
+        expected = session.stream(ENGINE_TOKENS).collect(Collectors.toList());
+      }
+      check(expected.stream().allMatch(token -> token.topLogprobs().size() == TOP_K),
+          "alternatives: " + expected);
+      List<Token> pushed = Collections.synchronizedList(new ArrayList<>());
+      List<Token> pulled;
+      List<Token> plain;
+      try (RequestOptions ask = new RequestOptions().setPromptText(PROMPT).setOptions(options);
+          RequestOptions plainAsk = ask(PROMPT, ENGINE_TOKENS);
+          Engine engine = new Engine(model)) {
+        engine.start();
+        ask.setMaxTokens(ENGINE_TOKENS);
+        try (Request pushing = engine.submit(ask, pushed::add);
+            Request pulling = engine.submit(ask);
+            Request plainRequest = engine.submit(plainAsk)) {
+          pulled = pulling.stream().collect(Collectors.toList());
+          plain = plainRequest.stream().collect(Collectors.toList());
+          await(pushing);
+        }
+        engine.stop(true);
+      }
+      check(pulled.equals(expected), "pulled alternatives: " + pulled + " vs alone " + expected);
+      check(new ArrayList<>(pushed).equals(expected),
+          "pushed alternatives: " + pushed + " vs alone " + expected);
+      check(plain.size() == ENGINE_TOKENS
+          && plain.stream().allMatch(token -> token.topLogprobs().isEmpty()), "k = 0: " + plain);
     }
   }
 
@@ -1175,6 +1317,8 @@ public final class BindingTest {
           System.out.println("ok testKvType");
           testSamplerSettings(model);
           System.out.println("ok testSamplerSettings");
+          testTopLogprobs(model);
+          System.out.println("ok testTopLogprobs");
           testLongInputs(args[3]);
           System.out.println("ok testLongInputs");
           testThreads(model);
@@ -1194,6 +1338,8 @@ public final class BindingTest {
         try (Model model = new Model(modelPath)) {
           testEngineStreams(model);
           System.out.println("ok testEngineStreams");
+          testEngineTopLogprobs(model);
+          System.out.println("ok testEngineTopLogprobs");
           testEngineStepped(model);
           System.out.println("ok testEngineStepped");
           testEngineCancel(model);

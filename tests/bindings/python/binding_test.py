@@ -296,6 +296,97 @@ def test_sampler_settings(model):
             check(str(error).startswith(f"photon: {words} "), f"{error}")
 
 
+TOP_K = 3
+
+
+def check_alternatives(tokens, k, what):
+    """Each token holds k alternatives, (id, logprob) pairs of distinct ids, the most likely first
+    (the lower id first on ties); greedy decoding drew the first one, whose log-probability is the
+    token's own (to float rounding)."""
+    check(len(tokens) == SAMPLER_TOKENS, f"{what}: {len(tokens)} tokens")
+    for token in tokens:
+        top = token.top_logprobs
+        check(isinstance(top, tuple) and len(top) == k
+              and all(isinstance(pair, tuple) and len(pair) == 2 for pair in top),
+              f"{what}: {k} (id, logprob) pairs: {token}")
+        if k == 0:
+            continue
+        check(top[0][0] == token.id and abs(top[0][1] - token.logprob) <= 1e-5,
+              f"{what}: the greedy token is the first alternative: {token}")
+        check(all(a[1] > b[1] or (a[1] == b[1] and a[0] < b[0]) for a, b in zip(top, top[1:])),
+              f"{what}: the most likely first: {token}")
+        check(len({pair[0] for pair in top}) == k and all(pair[1] <= 0 for pair in top),
+              f"{what}: distinct ids, log-probabilities: {token}")
+
+
+def with_alternatives(tokens):
+    """Tokens with their alternatives, which a Token's own comparison leaves out."""
+    return [(tuple(t), t.top_logprobs) for t in tokens]
+
+
+def test_top_logprobs(model):
+    """set_top_logprobs(k) gives each token its k alternatives, the same through the iterator,
+    the callback and a batch; 0 gives none and the same draws; Model.token_piece names them."""
+    options = greedy()
+    check(options.set_top_logprobs(TOP_K) is options, "set_top_logprobs chains")
+    with photon.Session(model, options) as session:
+        session.prefill(PROMPT)
+        pulled = list(session.tokens(SAMPLER_TOKENS))
+    check_alternatives(pulled, TOP_K, "pulled")
+    with prompted(model, options) as session:
+        pushed = []
+        session.generate(SAMPLER_TOKENS, pushed.append)
+    check(with_alternatives(pushed) == with_alternatives(pulled),
+          f"the callback's alternatives are the iterator's: {pushed}")
+    token_id, piece, logprob = pulled[0]  # still a token's three fields
+    check((token_id, piece, logprob) == (pulled[0].id, pulled[0].piece, pulled[0].logprob),
+          "a Token unpacks into id, piece and logprob")
+    with prompted(model, options) as first, prompted(model, options) as second:
+        batched = ([], [])
+        photon.Session.generate_batch([first, second], SAMPLER_TOKENS,
+                                      lambda index, token: batched[index].append(token))
+    check(with_alternatives(batched[0]) == with_alternatives(batched[1])
+          == with_alternatives(pulled), f"a batch's alternatives: {batched}")
+
+    with prompted(model, greedy()) as session:
+        plain = list(session.tokens(SAMPLER_TOKENS))
+    check_alternatives(plain, 0, "k = 0 pulled")
+    with prompted(model, greedy().set_top_logprobs(0)) as session:
+        quiet = []
+        session.generate(SAMPLER_TOKENS, quiet.append)
+    check_alternatives(quiet, 0, "k = 0 pushed")
+    check([t.id for t in plain] == [t.id for t in quiet] == [t.id for t in pulled],
+          "alternatives leave the draws alone")
+    check(photon.Token(1, "a", -1.0).top_logprobs == (), "a Token without alternatives")
+    for k in (21, -1):  # PHOTON_MAX_TOP_LOGPROBS is 20
+        expect_error(lambda: photon.SessionOptions().set_top_logprobs(k),
+                     "PHOTON_ERR_INVALID_ARGUMENT", f"set_top_logprobs({k})")
+
+    # A token's raw bytes after the one before it are its piece when that piece is plain text: it
+    # is not empty (the start of a split character) and nothing was held back before it.
+    previous, held, compared = model.tokenize(PROMPT)[-1], False, 0
+    for token in pulled:
+        raw = model.token_piece(token.id, previous)
+        check(isinstance(raw, bytes), f"token_piece gives bytes: {raw!r}")
+        if token.piece and not held:
+            check(raw == token.piece.encode(),
+                  f"token {token.id}'s bytes after {previous}: {raw!r} vs {token.piece!r}")
+            compared += 1
+        for alternative, _ in token.top_logprobs:
+            model.token_piece(alternative, previous)  # every alternative has a piece
+        previous, held = token.id, not token.piece
+    check(compared > 0, f"a plain text token's bytes are its piece: {pulled}")
+    spaced = [t for t in pulled if t.piece.startswith(" ") and len(t.piece) > 1]
+    for token in spaced:
+        check(model.token_piece(token.id, -1) == token.piece[1:].encode()
+              == model.token_piece(token.id, model.bos) == model.token_piece(token.id),
+              f"at the start of the text a leading space is dropped: {token}")
+    expect_error(lambda: model.token_piece(model.vocab_size, -1), "PHOTON_ERR_BAD_TOKEN",
+                 "token_piece of an id outside the vocabulary")
+    expect_error(lambda: model.token_piece(pulled[0].id, model.vocab_size),
+                 "PHOTON_ERR_BAD_TOKEN", "token_piece after an id outside the vocabulary")
+
+
 def test_errors(model, model_path, workdir):
     missing = os.path.join(workdir, "missing.photon")
     error = expect_error(lambda: photon.Model(missing), "PHOTON_ERR_IO", "missing file")
@@ -562,7 +653,13 @@ def test_stubs():
             check(issubclass(runtime, RuntimeError) and set(stubbed) == {"status", "status_name"},
                   f"{name}: {sorted(stubbed)}")
             continue
-        if issubclass(runtime, (int, tuple)):  # the enums and Token: their members
+        if runtime is photon.Token:  # its fields, the alternatives and its constructor
+            check(set(stubbed) == {*runtime._fields, "top_logprobs", "__new__"}
+                  and all(stubbed[f] == "property" for f in runtime._fields)
+                  and stubbed["__new__"] == runtime_signature(runtime.__new__),
+                  f"{name}: {stubbed} vs {runtime._fields}")
+            continue
+        if issubclass(runtime, (int, tuple)):  # the enums and the stats: their members
             fields = [m.name for m in runtime] if issubclass(runtime, int) else runtime._fields
             check(set(stubbed) == set(fields), f"{name}: {sorted(stubbed)} vs {fields}")
             continue
@@ -704,6 +801,30 @@ def test_engine_streams(model):
               and stats.generated_tokens == total * ENGINE_TOKENS and stats.running == 0
               and stats.waiting == 0 and stats.steps > 0 and stats.memory_peak > 0
               and stats.memory_in_use == 0, f"engine stats: {stats}")
+
+
+def test_engine_top_logprobs(model):
+    """A request's alternatives (SessionOptions.set_top_logprobs) are its session's alone, pulled
+    and pushed to a callback alike."""
+    options = greedy().set_top_logprobs(TOP_K)
+    with photon.Session(model, options) as session:
+        session.prefill(PROMPT)
+        expected = list(session.tokens(ENGINE_TOKENS))
+    check(all(len(t.top_logprobs) == TOP_K for t in expected), f"alternatives: {expected}")
+    with photon.Engine(model) as engine:
+        engine.start()
+        pushed = []
+        pushing = engine.submit(PROMPT, options=options, max_tokens=ENGINE_TOKENS,
+                                on_token=pushed.append)
+        pulled = list(engine.submit(PROMPT, options=options, max_tokens=ENGINE_TOKENS).tokens())
+        check(pushing.wait(ENGINE_WAIT_S), "the callback's request ends")
+        plain = list(engine.submit(PROMPT, options=greedy(), max_tokens=ENGINE_TOKENS).tokens())
+        engine.stop()
+    check(with_alternatives(pulled) == with_alternatives(expected),
+          f"pulled alternatives: {pulled} vs alone {expected}")
+    check(with_alternatives(pushed) == with_alternatives(expected),
+          f"pushed alternatives: {pushed} vs alone {expected}")
+    check([t.top_logprobs for t in plain] == [()] * ENGINE_TOKENS, f"k = 0: {plain}")
 
 
 def test_engine_asyncio(model):
@@ -1117,7 +1238,7 @@ def main(argv):
             for test in (test_model, test_streaming, test_cancel, test_cancel_iterator,
                          test_callback_exception,
                          test_batch, test_score, test_kv_type, test_sampler_settings,
-                         test_threads):
+                         test_top_logprobs, test_threads):
                 test(model)
                 print(f"ok {test.__name__}")
             test_arguments(model, model_path)
@@ -1138,9 +1259,9 @@ def main(argv):
         test_memory(model_path)
     elif mode == "engine":
         with photon.Model(model_path) as model:
-            for test in (test_engine_streams, test_engine_asyncio, test_engine_future,
-                         test_engine_stepped, test_engine_cancel, test_engine_callbacks,
-                         test_engine_errors, test_engine_continue):
+            for test in (test_engine_streams, test_engine_top_logprobs, test_engine_asyncio,
+                         test_engine_future, test_engine_stepped, test_engine_cancel,
+                         test_engine_callbacks, test_engine_errors, test_engine_continue):
                 test(model)
                 print(f"ok {test.__name__}")
         test_engine_ownership(model_path)
