@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "last_top_logprobs.h"
 
 namespace photon::cli {
 namespace {
@@ -165,13 +166,7 @@ int on_token(void* user_data, int32_t token, const char* piece, size_t piece_len
   try {
     stream.tokens.push_back(token);
     stream.logprobs.push_back(logprob);
-    int32_t ids[PHOTON_MAX_TOP_LOGPROBS];
-    float values[PHOTON_MAX_TOP_LOGPROBS];
-    size_t n = 0;
-    photon_last_top_logprobs(ids, values, PHOTON_MAX_TOP_LOGPROBS, &n);
-    auto& top = stream.top.emplace_back();
-    for (size_t i = 0; i < n && i < PHOTON_MAX_TOP_LOGPROBS; ++i)
-      top.emplace_back(ids[i], values[i]);
+    stream.top.push_back(last_top_logprobs());
     stream.text.append(piece, piece_len);
   } catch (...) {
     return 1;  // out of memory: stop rather than let an exception cross the C API

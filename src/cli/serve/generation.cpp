@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <utility>
+#include <vector>
+
+#include "last_top_logprobs.h"
 
 namespace photon::serve {
 
@@ -30,13 +34,7 @@ int Generation::on_token(void* user, int32_t token, const char* piece, size_t pi
   auto* self = static_cast<Generation*>(user);
   bool wake = false;
   try {
-    int32_t ids[PHOTON_MAX_TOP_LOGPROBS];
-    float values[PHOTON_MAX_TOP_LOGPROBS];
-    size_t n = 0;
-    photon_last_top_logprobs(ids, values, PHOTON_MAX_TOP_LOGPROBS, &n);
-    std::vector<std::pair<int32_t, float>> top;
-    for (size_t i = 0; i < n && i < PHOTON_MAX_TOP_LOGPROBS; ++i)
-      top.emplace_back(ids[i], values[i]);
+    std::vector<std::pair<int32_t, float>> top = cli::last_top_logprobs();
     std::lock_guard<std::mutex> lock(self->mutex_);
     self->pending_.push_back({token, logprob, std::string(piece, piece_len), std::move(top)});
     wake = !self->wake_posted_;
