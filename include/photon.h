@@ -675,6 +675,20 @@ PHOTON_API photon_status photon_model_score_with(const photon_model *model, cons
                                                  const photon_score_options *options,
                                                  float *logprobs);
 
+/* photon_model_score_with, also giving each position's alternatives, as an API's echoed prompt
+ * shows them: top_tokens[i * k + j] and top_logprobs[i * k + j], j < k, are the k most likely ids
+ * at position i (those tokens[i] was drawn from) and their log-probabilities, the most likely
+ * first, the lower id first on ties. logprobs[i] equals tokens[i]'s value among them bit for bit
+ * when it is there (so "was tokens[i] the greedy choice" is a comparison). Row 0 holds -1 and NaN.
+ * top_tokens and top_logprobs hold n_tokens * k values each; 1 <= k <= the vocabulary. Scoring
+ * with alternatives is teacher-forced: options in PHOTON_MODE_RECGEN fail with
+ * PHOTON_ERR_UNSUPPORTED. It costs a copy of every position's logits to the host on a GPU. */
+PHOTON_API photon_status photon_model_score_top(const photon_model *model, const int32_t *tokens,
+                                                size_t n_tokens,
+                                                const photon_score_options *options, int32_t k,
+                                                float *logprobs, int32_t *top_tokens,
+                                                float *top_logprobs);
+
 /* Receives each generated token in order: its id, its text piece (UTF-8 complete: bytes of a
  * character split across tokens are held back until the character is whole, so a piece may be
  * empty), and log p(token) under the model's unmodified distribution. Return non-zero to stop. */

@@ -296,11 +296,12 @@ photon_status photon_score_options_set_stride(photon_score_options* options, int
   });
 }
 
-photon_status photon_model_score_with(const photon_model* model, const int32_t* tokens,
-                                      size_t n_tokens, const photon_score_options* options,
-                                      float* logprobs) {
-  // photon_model_score's checks name it: it is this call with the defaults.
-  const char* function = options ? "photon_model_score_with" : "photon_model_score";
+namespace {
+
+// photon_model_score, _with and _top: `function` names the call in messages.
+photon_status score(const char* function, const photon_model* model, const int32_t* tokens,
+                    size_t n_tokens, const photon_score_options* options, float* logprobs,
+                    photon::TopRows top) {
   return guard([&] {
     require(model, function, "model is NULL");
     require(tokens, function, "tokens is NULL");
@@ -315,8 +316,37 @@ photon_status photon_model_score_with(const photon_model* model, const int32_t* 
       settings.stride = options->stride;
     }
     photon::score_sequence(m, std::span<const int32_t>(tokens, n_tokens), settings, logprobs,
-                           function);
+                           function, top);
   });
+}
+
+}  // namespace
+
+photon_status photon_model_score_with(const photon_model* model, const int32_t* tokens,
+                                      size_t n_tokens, const photon_score_options* options,
+                                      float* logprobs) {
+  // photon_model_score's checks name it: it is this call with the defaults.
+  return score(options ? "photon_model_score_with" : "photon_model_score", model, tokens, n_tokens,
+               options, logprobs, {});
+}
+
+photon_status photon_model_score_top(const photon_model* model, const int32_t* tokens,
+                                     size_t n_tokens, const photon_score_options* options,
+                                     int32_t k, float* logprobs, int32_t* top_tokens,
+                                     float* top_logprobs) {
+  const char* function = "photon_model_score_top";
+  const photon_status status = guard([&] {
+    require(model, function, "model is NULL");
+    const int32_t vocab = model->model->config().vocab_size;
+    if (k < 1 || k > vocab)
+      photon::fail(PHOTON_ERR_INVALID_ARGUMENT, std::string(function) + ": k is " +
+                                                    std::to_string(k) + ", expected 1 to " +
+                                                    std::to_string(vocab) + " (the vocabulary)");
+    require(top_tokens, function, "top_tokens is NULL");
+    require(top_logprobs, function, "top_logprobs is NULL");
+  });
+  if (status != PHOTON_OK) return status;
+  return score(function, model, tokens, n_tokens, options, logprobs, {k, top_tokens, top_logprobs});
 }
 
 size_t photon_model_tensor_count(const photon_model* model) {

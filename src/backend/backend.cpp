@@ -353,13 +353,35 @@ void Backend::sample(const Tensor& logits, std::span<const SampleRequest> rows, 
   }
 }
 
-void Backend::logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out) {
+void Backend::logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out,
+                       TopRows top) {
   const Contract c(*this, "logprobs");
   c.f32(logits, "logits");
   c.shape(logits, "logits", static_cast<int64_t>(targets.size()), logits.cols);
   c.host(out, targets.size(), "out");
   c.ids(targets, logits.cols, "targets", "tokens of the vocabulary");
-  do_logprobs(logits, targets, out);
+  if (top.k == 0) return do_logprobs(logits, targets, out);
+  if (top.k < 0 || top.k > logits.cols)
+    c.fail("top.k", "is " + std::to_string(top.k) + ", expected 1 to the vocabulary (" +
+                        std::to_string(logits.cols) + ")");
+  const auto k = static_cast<size_t>(top.k);
+  c.host(top.ids, targets.size() * k, "top.ids");
+  c.host(top.logprobs, targets.size() * k, "top.logprobs");
+  // Alternatives are asked for rarely (an API's echoed prompt): their rows come to the host, and
+  // the target's log-probability is computed there the same way, so that the two agree.
+  const int cols = static_cast<int>(logits.cols);
+  std::vector<float> row(static_cast<size_t>(cols));
+  std::vector<TokenLogprob> best;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    download(row.data(), logits.row(static_cast<int64_t>(i)));
+    const double lse = cpu::log_sum_exp(row.data(), cols);
+    out[i] = static_cast<float>(row[static_cast<size_t>(targets[i])] - lse);
+    cpu::top_logprobs(row.data(), cols, top.k, best);
+    for (size_t j = 0; j < k; ++j) {
+      top.ids[i * k + j] = best[j].token;
+      top.logprobs[i * k + j] = best[j].logprob;
+    }
+  }
 }
 
 }  // namespace photon

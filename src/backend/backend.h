@@ -132,7 +132,11 @@ class Backend {
   void sample(const Tensor& logits, std::span<const SampleRequest> rows, int32_t* tokens,
               float* logprobs);
   // out[i] = log softmax(logits row i)[targets[i]]; logits [targets.size(), V], targets in [0, V).
-  void logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out);
+  // With top.k (1 <= k <= V), also row i's k most likely ids and their log-probabilities, the
+  // most likely first, the lower id first on ties; out[i] then equals its target's value there
+  // bit for bit when the target is among them.
+  void logprobs(const Tensor& logits, std::span<const int32_t> targets, float* out,
+                TopRows top = {});
 
  protected:
   explicit Backend(Precision precision) : precision_(precision) {}

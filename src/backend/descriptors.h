@@ -86,4 +86,17 @@ struct SampleRequest {
   std::vector<TokenLogprob>* top = nullptr;
 };
 
+// Where Backend::logprobs writes each row's k most likely ids and their log-probabilities: row i
+// at ids + i * k and logprobs + i * k. k == 0: nowhere.
+struct TopRows {
+  int k = 0;
+  int32_t* ids = nullptr;
+  float* logprobs = nullptr;
+  // The rows from `rows` on.
+  TopRows from(int64_t rows) const {
+    if (k == 0) return {};
+    return {k, ids + rows * k, logprobs + rows * k};
+  }
+};
+
 }  // namespace photon

@@ -26,6 +26,7 @@ int run_score(const std::vector<std::string>& argv) {
              {"mode"},
              {"prompt-tokens"},
              {"stride"},
+             {"top-logprobs"},
              {"device"},
              {"precision"},
              {"threads"},
@@ -41,6 +42,12 @@ int run_score(const std::vector<std::string>& argv) {
       args.has("prompt-tokens") ? parse_positive(*args.value("prompt-tokens"), "--prompt-tokens")
                                 : 1;
   const int32_t stride = args.has("stride") ? parse_positive(*args.value("stride"), "--stride") : 0;
+  const int32_t top_k =
+      args.has("top-logprobs") ? parse_positive(*args.value("top-logprobs"), "--top-logprobs") : 0;
+  if (top_k > 0 && mode == PHOTON_MODE_RECGEN)
+    throw UsageError(
+        "--top-logprobs: alternatives are given for teacher-forced scoring only, "
+        "not with --mode recgen");
   std::vector<int32_t> tokens;
   if (args.has("tokens")) tokens = parse_token_list(*args.value("tokens"), "--tokens");
   const std::string path = model_path(args);
@@ -67,9 +74,29 @@ int run_score(const std::vector<std::string>& argv) {
       photon_score_options_set_prompt_tokens(options.get(), static_cast<size_t>(prompt_tokens)),
       "--prompt-tokens");
   check_setting(photon_score_options_set_stride(options.get(), stride), "--stride");
-  check(photon_model_score_with(model.get(), tokens.data(), tokens.size(), options.get(),
-                                logprobs.data()),
-        "cannot score");
+  // top[i * top_k + j]: position i's alternatives.
+  std::vector<int32_t> top_ids(tokens.size() * static_cast<size_t>(top_k));
+  std::vector<float> top_logprobs(top_ids.size());
+  if (top_k > 0) {
+    if (top_k > photon_model_vocab_size(model.get()))
+      throw UsageError("--top-logprobs: " + std::to_string(top_k) +
+                       " exceeds the model's vocabulary of " +
+                       std::to_string(photon_model_vocab_size(model.get())));
+    check(photon_model_score_top(model.get(), tokens.data(), tokens.size(), options.get(), top_k,
+                                 logprobs.data(), top_ids.data(), top_logprobs.data()),
+          "cannot score");
+  } else {
+    check(photon_model_score_with(model.get(), tokens.data(), tokens.size(), options.get(),
+                                  logprobs.data()),
+          "cannot score");
+  }
+  const auto alternatives = [&](size_t i) {
+    std::vector<std::pair<int32_t, float>> out;
+    for (size_t j = 0; j < static_cast<size_t>(top_k); ++j)
+      out.emplace_back(top_ids[i * static_cast<size_t>(top_k) + j],
+                       top_logprobs[i * static_cast<size_t>(top_k) + j]);
+    return out;
+  };
 
   double nll = 0.0;
   for (size_t i = 1; i < logprobs.size(); ++i) nll -= logprobs[i];
@@ -89,6 +116,15 @@ int run_score(const std::vector<std::string>& argv) {
       values.push_back(i == 0 ? json(nullptr) : json(logprobs[i]));
     }
     out["logprobs"] = values;
+    if (top_k > 0) {
+      json tops = json::array({nullptr});
+      for (size_t i = 1; i < tokens.size(); ++i) {
+        json row = json::array();
+        for (const auto& [id, logprob] : alternatives(i)) row.push_back({id, logprob});
+        tops.push_back(std::move(row));
+      }
+      out["top_logprobs"] = std::move(tops);
+    }
     out["predicted"] = predicted;
     out["nll"] = nll;
     out["perplexity"] = predicted > 0 ? json(perplexity) : json(nullptr);
@@ -106,6 +142,9 @@ int run_score(const std::vector<std::string>& argv) {
       std::printf("%6zu %8d  %-24s %12s\n", i, tokens[i], piece.c_str(), "-");
     } else {
       std::printf("%6zu %8d  %-24s %12.4f\n", i, tokens[i], piece.c_str(), logprobs[i]);
+      for (const auto& [id, logprob] : alternatives(i))
+        std::printf("%6s %8d  %-24s %12.4f\n", "", id, piece_label(model.get(), id).c_str(),
+                    logprob);
     }
   }
   std::printf("\ntokens %zu (%zu predicted)  nll %.4f  ", tokens.size(), predicted, nll);
@@ -127,8 +166,8 @@ int run_score(const std::vector<std::string>& argv) {
 const Command kScoreCommand = {
     "score", "log-probabilities, NLL and perplexity of a text or token ids",
     "usage: photon score -m M.photon (--tokens 1,2,3 | -f text.txt) [--mode MODE]\n"
-    "                    [--prompt-tokens K] [--stride S] [--device DEV] [--precision P]\n"
-    "                    [--threads N] [--json]\n"
+    "                    [--prompt-tokens K] [--stride S] [--top-logprobs K] [--device DEV]\n"
+    "                    [--precision P] [--threads N] [--json]\n"
     "\n"
     "Scores a sequence: the log-probability of every token given the ones before it (the first\n"
     "token is not predicted). NLL = -sum of the logprobs; perplexity = exp(NLL / (T - 1)) over T\n"
@@ -148,13 +187,17 @@ const Command kScoreCommand = {
     "                       tokens 2..K+1 are teacher forcing's in every mode\n"
     "  --stride S           tokens between the starts of sliding windows, below the context\n"
     "                       (default: half the model's context)\n"
+    "  --top-logprobs K     also the K most likely tokens of each position, the most likely\n"
+    "                       first, listed under its token (teacher-forced modes)\n"
     "  --device DEV         cpu (default), cuda, cuda:N or auto (a GPU when one is usable)\n"
     "  --precision P        exact, bf16 or int8: activations enter products in f32, rounded\n"
     "                       to bf16, or (q8 weights on the CPU) quantized to int8 per block\n"
     "                       (default: the device's, exact on the CPU, bf16 on a GPU)\n"
     "  --threads N          compute with at most N threads (default: every core)\n"
-    "  --json               one JSON object: tokens, logprobs (null first), predicted, nll,\n"
-    "                       perplexity, context, windows, stride (null for one window)\n",
+    "  --json               one JSON object: tokens, logprobs (null first), with\n"
+    "                       --top-logprobs top_logprobs (null first, then [id, logprob] pairs),\n"
+    "                       predicted, nll, perplexity, context, windows, stride (null for one\n"
+    "                       window)\n",
     run_score};
 
 }  // namespace photon::cli

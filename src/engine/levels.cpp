@@ -119,7 +119,7 @@ void run_windows(const Model& model, int level, std::span<const WindowJob> jobs,
 }
 
 void token_logprobs(const Model& model, const Tensor& hidden, std::span<const int32_t> tokens,
-                    float* out, Scratch& logits) {
+                    float* out, Scratch& logits, TopRows top) {
   Backend& b = model.backend();
   const int v = model.config().vocab_size;
   constexpr int kBlock = 64;
@@ -128,7 +128,7 @@ void token_logprobs(const Model& model, const Tensor& hidden, std::span<const in
     const Tensor block = logits.get(b, n, v);
     b.linear(hidden.slice(static_cast<int64_t>(r0), n), model.weights().lm_head, nullptr, block,
              false);
-    b.logprobs(block, tokens.subspan(r0, n), out + r0);
+    b.logprobs(block, tokens.subspan(r0, n), out + r0, top.from(static_cast<int64_t>(r0)));
   }
 }
 

@@ -45,8 +45,8 @@ void run_windows(const Model& model, int level, std::span<const WindowJob> jobs,
 void allocate_window(const Model& model, int level, Window* window, DType kv_type);
 
 // log softmax(hidden . lm_head^T)[token] for each row; hidden [n, D_t] (or [n, D]). The logits of
-// blocks of rows go to `logits`.
+// blocks of rows go to `logits`. With top.k, also each row's most likely ids (Backend::logprobs).
 void token_logprobs(const Model& model, const Tensor& hidden, std::span<const int32_t> tokens,
-                    float* out, Scratch& logits);
+                    float* out, Scratch& logits, TopRows top = {});
 
 }  // namespace photon

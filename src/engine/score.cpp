@@ -20,7 +20,7 @@ struct ScoreScratch {
   LevelScratch levels;  // PHOTON
 };
 
-void score_vanilla(const Model& model, std::span<const int32_t> tokens, float* out,
+void score_vanilla(const Model& model, std::span<const int32_t> tokens, float* out, TopRows top,
                    ScoreScratch& scratch) {
   const ModelConfig& c = model.config();
   const Weights& w = model.weights();
@@ -33,10 +33,10 @@ void score_vanilla(const Model& model, std::span<const int32_t> tokens, float* o
   const StackSegment segment{&cache, t};
   stack_forward(b, w.stack, c.norm_eps, c.rope_theta, x, {&segment, 1}, scratch.stack);
   // Row i predicts token i + 1 (spec section 4).
-  token_logprobs(model, x.slice(0, t - 1), tokens.subspan(1), out + 1, scratch.logits);
+  token_logprobs(model, x.slice(0, t - 1), tokens.subspan(1), out + 1, scratch.logits, top.from(1));
 }
 
-void score_photon(const Model& model, std::span<const int32_t> tokens, float* out,
+void score_photon(const Model& model, std::span<const int32_t> tokens, float* out, TopRows top,
                   ScoreScratch& scratch) {
   const ModelConfig& c = model.config();
   const Weights& w = model.weights();
@@ -110,19 +110,22 @@ void score_photon(const Model& model, std::span<const int32_t> tokens, float* ou
     cond = std::move(below);
   }
   // cond now holds, for each token i, the hidden state of the window output that predicts it.
-  token_logprobs(model, cond.slice(1, t - 1), tokens.subspan(1), out + 1, scratch.logits);
+  token_logprobs(model, cond.slice(1, t - 1), tokens.subspan(1), out + 1, scratch.logits,
+                 top.from(1));
 }
 
 }  // namespace
 
-void score_tokens(const Model& model, std::span<const int32_t> tokens, float* out) {
+void score_tokens(const Model& model, std::span<const int32_t> tokens, float* out, TopRows top) {
   out[0] = NAN;
+  std::fill_n(top.ids, top.k, -1);
+  std::fill_n(top.logprobs, top.k, NAN);
   if (tokens.size() < 2) return;
   ScoreScratch scratch;
   if (model.config().arch == Arch::Vanilla)
-    score_vanilla(model, tokens, out, scratch);
+    score_vanilla(model, tokens, out, top, scratch);
   else
-    score_photon(model, tokens, out, scratch);
+    score_photon(model, tokens, out, top, scratch);
 }
 
 std::vector<ScoreWindow> score_windows(int64_t n, int64_t context, int64_t stride) {
@@ -135,7 +138,7 @@ std::vector<ScoreWindow> score_windows(int64_t n, int64_t context, int64_t strid
 }
 
 void score_sequence(const Model& model, std::span<const int32_t> tokens,
-                    const ScoreSettings& settings, float* out, std::string_view who) {
+                    const ScoreSettings& settings, float* out, std::string_view who, TopRows top) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t context = model.config().max_seq_len;
   const int64_t stride = settings.stride > 0 ? settings.stride : std::max<int64_t>(context / 2, 1);
@@ -145,25 +148,39 @@ void score_sequence(const Model& model, std::span<const int32_t> tokens,
              std::to_string(context) + " and need sliding windows, whose stride " +
              std::to_string(stride) + " must be below the context (each window conditions on " +
              "context - stride tokens of the one before)");
-  std::vector<float> window_out;
+  if (settings.recgen && top.k > 0)
+    fail(PHOTON_ERR_UNSUPPORTED, std::string(who) +
+                                     ": alternatives are given for teacher-forced scoring only, "
+                                     "not in PHOTON_MODE_RECGEN");
+  std::vector<float> window_out, window_top_logprobs;
+  std::vector<int32_t> window_top_ids;
   for (const ScoreWindow& w : score_windows(n, context, stride)) {
     const std::span<const int32_t> window = tokens.subspan(w.begin, w.end - w.begin);
     // The first window writes out directly; a later one scores into scratch, of which only the
     // tokens after the previous window count.
     float* dst = out;
+    TopRows dst_top = top;
     if (w.begin > 0) {
       window_out.resize(window.size());
       dst = window_out.data();
+      window_top_ids.resize(window.size() * static_cast<size_t>(top.k));
+      window_top_logprobs.resize(window_top_ids.size());
+      dst_top = {top.k, window_top_ids.data(), window_top_logprobs.data()};
     }
     const size_t prompt =
         w.begin == 0 ? settings.prompt_tokens : static_cast<size_t>(w.first_scored - w.begin);
     if (settings.recgen)
       score_recgen(model, window, prompt, dst);
     else
-      score_tokens(model, window, dst);
-    if (w.begin > 0)
-      std::copy(window_out.begin() + (w.first_scored - w.begin), window_out.end(),
-                out + w.first_scored);
+      score_tokens(model, window, dst, dst_top);
+    if (w.begin > 0) {
+      const int64_t skip = w.first_scored - w.begin, k = top.k;
+      std::copy(window_out.begin() + skip, window_out.end(), out + w.first_scored);
+      std::copy(window_top_ids.begin() + skip * k, window_top_ids.end(),
+                top.ids + w.first_scored * k);
+      std::copy(window_top_logprobs.begin() + skip * k, window_top_logprobs.end(),
+                top.logprobs + w.first_scored * k);
+    }
   }
   for (int64_t i = 1; i < n; ++i)
     if (!std::isfinite(out[i]))

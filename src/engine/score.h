@@ -11,8 +11,10 @@
 
 namespace photon {
 
-// out[i] = log p(t_i | t_<i) for i >= 1, NaN for i = 0.
-void score_tokens(const Model& model, std::span<const int32_t> tokens, float* out);
+// out[i] = log p(t_i | t_<i) for i >= 1, NaN for i = 0. With top.k, also each position's most
+// likely ids (Backend::logprobs); row 0 holds ids -1 and NaN.
+void score_tokens(const Model& model, std::span<const int32_t> tokens, float* out,
+                  TopRows top = {});
 
 // How photon_model_score_with scores a sequence: teacher-forced, or as a RecGen session given
 // the first prompt_tokens tokens; longer than the model's context, in sliding windows that start
@@ -34,11 +36,14 @@ std::vector<ScoreWindow> score_windows(int64_t n, int64_t context, int64_t strid
 
 // out[i] = log p(tokens[i] | the tokens before it in its window), NaN for i = 0, for any number
 // of tokens, each window scored by score_tokens or score_recgen (whose prompt is, in a later
-// window, the part that the window before it scored). Throws Error PHOTON_ERR_NOT_FINITE when a
+// window, the part that the window before it scored). With top.k, teacher-forced only, also each
+// position's most likely ids, as score_tokens. Throws Error PHOTON_ERR_NOT_FINITE when a
 // log-probability is not finite (a NaN or an infinite logit), PHOTON_ERR_INVALID_ARGUMENT for a
-// stride of the context or more when windows are needed.
+// stride of the context or more when windows are needed, PHOTON_ERR_UNSUPPORTED for
+// alternatives in RecGen.
 void score_sequence(const Model& model, std::span<const int32_t> tokens,
-                    const ScoreSettings& settings, float* out, std::string_view who);
+                    const ScoreSettings& settings, float* out, std::string_view who,
+                    TopRows top = {});
 
 // out[i] = log p(tokens[i] | history, tokens[<i]) under teacher forcing (NaN for the very first
 // token of a sequence): a scoring pass over the history and the tokens.

@@ -130,6 +130,8 @@ static void test_null_handling(void) {
   CHECK_STATUS(photon_model_detokenize(NULL, tokens, 1, text, sizeof text, &n),
                PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_model_score(NULL, tokens, 4, logprobs), PHOTON_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(photon_model_score_top(NULL, tokens, 4, NULL, 1, logprobs, tokens, logprobs),
+               PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_model_load(NULL, NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_load_options_create(NULL), PHOTON_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(photon_load_options_set_progress(NULL, NULL, NULL), PHOTON_ERR_INVALID_ARGUMENT);
@@ -601,6 +603,22 @@ static void test_model_round_trip(const char *scratch_dir) {
   CHECK_STATUS(photon_model_score(model, tokens, n + 1, logprobs), PHOTON_ERR_BAD_TOKEN);
   tokens[n] = -1;
   CHECK_STATUS(photon_model_score(model, tokens, n + 1, logprobs), PHOTON_ERR_BAD_TOKEN);
+  {
+    /* With one alternative per position: the likeliest, never less likely than the token. */
+    int32_t top_ids[16];
+    float top_logprobs[16];
+    CHECK(n <= 16);
+    CHECK_STATUS(photon_model_score_top(model, tokens, n, NULL, 1, logprobs, top_ids, top_logprobs),
+                 PHOTON_OK);
+    CHECK(top_ids[0] == -1 && isnan(top_logprobs[0]));
+    for (i = 1; i < n; ++i)
+      CHECK(top_ids[i] >= 0 && top_logprobs[i] >= logprobs[i] &&
+            (top_ids[i] != tokens[i] || top_logprobs[i] == logprobs[i]));
+    CHECK_STATUS(photon_model_score_top(model, tokens, n, NULL, 0, logprobs, top_ids, top_logprobs),
+                 PHOTON_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(photon_model_score_top(model, tokens, n, NULL, 1, logprobs, NULL, top_logprobs),
+                 PHOTON_ERR_INVALID_ARGUMENT);
+  }
 
   /* The embedded tokenizer, asked for its size first. */
   CHECK_STATUS(photon_model_tokenizer_model(model, NULL, 0, &needed), PHOTON_ERR_BUFFER_TOO_SMALL);

@@ -229,6 +229,10 @@ def group_errors():
                    "score", "--stride")
     expect_failure(photon("score", "-m", m, "--tokens", "1,2", "--stride", 0), 2, "score",
                    "--stride")
+    expect_failure(photon("score", "-m", m, "--tokens", "1,2", "--top-logprobs", 2, "--mode",
+                          "recgen"), 2, "score", "teacher-forced")
+    expect_failure(photon("score", "-m", m, "--tokens", "1,2", "--top-logprobs", 100000), 2,
+                   "score", "vocabulary")
     expect_failure(photon("generate", "-m", m, "--tokens", too_long), 1, "generate", "context")
     expect_failure(photon("generate", "-m", model("vanilla-small"), "--mode", "recgen", "-p", "a"),
                    1, "generate", "UNSUPPORTED")
@@ -607,6 +611,19 @@ def group_score():
     check("perplexity" in table.out and "<bos>" in table.out, "human table\n" + table.out)
     rows = [line for line in table.out.split("\n") if re.match(r"\s*\d+\s+-?\d+\s", line)]
     check(len(rows) == len(tokens), "one table row per token")
+
+    # Alternatives: each position's likeliest tokens, in order; the logprobs stay as they were.
+    rc = photon("score", "-m", m, "--tokens", ",".join(map(str, tokens)), "--top-logprobs", 3,
+                "--json")
+    expect_ok(rc)
+    top = json.loads(rc.out)
+    check(top["logprobs"] == scored["logprobs"] and top["top_logprobs"][0] is None
+          and all(len(row) == 3 and row[0][1] >= row[1][1] >= row[2][1] and row[0][1] >= lp
+                  for row, lp in zip(top["top_logprobs"][1:], scored["logprobs"][1:])),
+          "score --top-logprobs: %s" % top["top_logprobs"])
+    table = photon("score", "-m", m, "--tokens", ",".join(map(str, tokens)), "--top-logprobs", 2)
+    check(table.rc == 0 and len(table.out.split("\n")) >= 3 * len(tokens) - 2,
+          "the table lists the alternatives under each token\n" + table.out)
 
     # HierGen's logits equal teacher forcing: greedy generation's logprobs are the scores.
     prompt = tokens[:5]

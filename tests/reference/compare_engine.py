@@ -9,7 +9,8 @@ ids exactly and log probabilities within 1e-4; for L >= 2 also `photon score --m
 prompt length K. Short models check every RecGen prompt length up to
 2 B_L + 1; long models use sequences that cross every batching limit of the engine with margin
 (engine_limits.py): the score of a sequence spanning several passes of top-level windows, and
-generation after prompts spanning several prefill slices. Short models also generate under a
+generation after prompts spanning several prefill slices. Short models also give each position's
+most likely tokens (`photon score --top-logprobs`) against the reference's distribution. Short models also generate under a
 repetition penalty, against the penalty written out from its definition in photon.h.
 
     /usr/bin/python3 tests/reference/compare_engine.py --photon build/bin/photon --work-dir /tmp/w
@@ -29,7 +30,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from engine_limits import long_lengths, meta_tokens  # noqa: E402
 from photon_ref import (RecGenPlan, generate_hiergen, generate_recgen, greedy,  # noqa: E402
-                        load_model, score, score_recgen)
+                        load_model, score, score_recgen, teacher_forced_logits)
 from photon_ref.random_weights import write_random_model  # noqa: E402
 
 TOLERANCE = 1e-4
@@ -197,6 +198,40 @@ def check_recgen_scores(photon, model_path, model, name, tokens, prompt_lengths,
                          score_recgen(model, scored, k), RECGEN_SCORE_RTOL)
 
 
+def check_alternatives(photon, model_path, model, name, tokens, plain, k=5):
+    """`photon score --top-logprobs K`: each position's K most likely tokens against the
+    reference's distribution (ids in order, except where two neighbours are within MIN_MARGIN of a
+    tie; log probabilities within TOLERANCE), the same logprobs as without alternatives, and each
+    token's logprob equal to its own entry among them (a greedy check compares the two)."""
+    engine = json.loads(run([photon, "score", "-m", model_path, "--tokens",
+                             ",".join(map(str, tokens)), "--top-logprobs", str(k), "--json"]))
+    what = f"{name} score --top-logprobs {k}"
+    if engine["logprobs"] != plain:
+        raise Mismatch(f"{what}: the logprobs differ from those scored without alternatives")
+    top = engine["top_logprobs"]
+    if len(top) != len(tokens) or top[0] is not None:
+        raise Mismatch(f"{what}: {len(top)} rows for {len(tokens)} tokens, the first {top[0]}")
+    rows = torch.log_softmax(teacher_forced_logits(model, tokens), dim=-1)
+    for i in range(1, len(tokens)):
+        row = rows[i - 1]
+        values, ids = torch.sort(row, descending=True, stable=True)
+        got = top[i]
+        if len(got) != k:
+            raise Mismatch(f"{what}: position {i} has {len(got)} alternatives")
+        for j, (token, logprob) in enumerate(got):
+            near_tie = any(abs(float(values[j]) - float(values[n])) < MIN_MARGIN
+                           for n in (j - 1, j + 1) if 0 <= n < len(values))
+            if token != int(ids[j]) and not near_tie:
+                raise Mismatch(f"{what}: position {i} alternative {j} is {token}, reference "
+                               f"{int(ids[j])}")
+            if abs(logprob - float(row[token])) > TOLERANCE:
+                raise Mismatch(f"{what}: position {i} token {token} logprob {logprob}, reference "
+                               f"{float(row[token])}")
+            if token == tokens[i] and logprob != engine["logprobs"][i]:
+                raise Mismatch(f"{what}: position {i}: the token's logprob "
+                               f"{engine['logprobs'][i]} differs from its alternative {logprob}")
+
+
 def check_model(photon, work_dir, name, seed, plan, config_json):
     directory = os.path.join(work_dir, name)
     config_path, weights_path = write_random_model(directory, config_json, seed)
@@ -244,6 +279,7 @@ def check_model(photon, work_dir, name, seed, plan, config_json):
             env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))).stdout)
         if cli["logprobs"] != reference:
             raise Mismatch(f"{name}: python -m photon_ref score disagrees with photon_ref.score")
+        check_alternatives(photon, model_path, model, name, tokens, engine["logprobs"])
 
     checks = [("hiergen", p) for p in hier_prompts]
     if config_json["arch"] == "photon" and len(config_json["levels"]) >= 2:

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <random>
 #include <span>
 #include <string>
@@ -1022,6 +1023,43 @@ TEST_P(BackendOps, Logprobs) {
     };
     verify("vocabulary " + std::to_string(vocab), Op::Logprobs, DType::F32, n, run, want,
            {Kind::Relative, 1e-6});
+  }
+}
+
+// With alternatives: each row's k likeliest ids, against a float64 ranking of the same logits, and
+// the target's logprob equal to its own entry bit for bit.
+TEST_P(BackendOps, LogprobsWithAlternatives) {
+  Backend& b = backend();
+  std::mt19937 rng(15);
+  for (const int vocab : {7, 1000}) {
+    const int n = 4, k = 5;
+    const std::vector<float> logits = random(rng, size_t(n) * vocab, -12.0f, 12.0f);
+    std::vector<int32_t> targets(n);
+    for (int32_t& t : targets) t = uniform_int(rng, 0, vocab - 1);
+    // Row 0's target is its likeliest id.
+    targets[0] = int32_t(std::max_element(logits.begin(), logits.begin() + vocab) - logits.begin());
+    std::vector<float> out(n, NAN), top_logprobs(size_t(n) * k, NAN);
+    std::vector<int32_t> top_ids(size_t(n) * k, -1);
+    b.logprobs(put(b, logits, n, vocab), targets, out.data(),
+               {k, top_ids.data(), top_logprobs.data()});
+    for (int r = 0; r < n; ++r) {
+      const float* row = &logits[size_t(r) * vocab];
+      std::vector<int32_t> ranked(vocab);
+      std::iota(ranked.begin(), ranked.end(), 0);
+      std::stable_sort(ranked.begin(), ranked.end(),
+                       [row](int32_t a, int32_t c) { return row[a] > row[c]; });
+      EXPECT_NEAR(out[r], log_softmax_at(row, vocab, targets[r]), 1e-5) << r;
+      for (int j = 0; j < k; ++j) {
+        const size_t at = size_t(r) * k + j;
+        EXPECT_EQ(top_ids[at], ranked[j])
+            << "vocabulary " << vocab << " row " << r << " rank " << j;
+        EXPECT_NEAR(top_logprobs[at], log_softmax_at(row, vocab, ranked[j]), 1e-5);
+        if (top_ids[at] == targets[r]) {
+          EXPECT_EQ(top_logprobs[at], out[r]) << r;
+        }
+      }
+    }
+    EXPECT_EQ(top_ids[0], targets[0]);
   }
 }
 

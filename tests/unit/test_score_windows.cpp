@@ -1,7 +1,8 @@
 // Scoring sequences longer than the context in sliding windows (photon_score_options_set_stride),
 // against the documented layout computed here: window w covers [w * stride, w * stride + context)
 // and its scores of the tokens after window w - 1's end are a photon_model_score (or, in RecGen,
-// a photon_model_score_with whose prompt is the part window w - 1 scored) of that window alone.
+// a photon_model_score_with whose prompt is the part window w - 1 scored) of that window alone;
+// photon_model_score_top's alternatives likewise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -135,6 +136,99 @@ TEST_P(ScoreWindows, StridesOutsideTheContextAreRefused) {
             PHOTON_ERR_INVALID_ARGUMENT);
   const std::string message = photon_last_error();
   EXPECT_NE(message.find("stride 48 must be below the context"), std::string::npos) << message;
+  photon_score_options_free(options);
+}
+
+// photon_model_score_top: each position's alternatives, window by window like its logprobs.
+struct Scored {
+  std::vector<float> logprobs;
+  std::vector<int32_t> ids;  // position i's alternatives at [i * k, i * k + k)
+  std::vector<float> top;
+};
+
+TEST_P(ScoreWindows, AlternativesAreEachPositionsMostLikelyTokens) {
+  constexpr int32_t k = 4;
+  constexpr int32_t stride = 20;
+  photon_score_options* options = nullptr;
+  ASSERT_EQ(photon_score_options_create(&options), PHOTON_OK);
+  ASSERT_EQ(photon_score_options_set_stride(options, stride), PHOTON_OK);
+  const auto score_top = [&](const std::vector<int32_t>& tokens) {
+    Scored s{std::vector<float>(tokens.size()), std::vector<int32_t>(tokens.size() * k),
+             std::vector<float>(tokens.size() * k)};
+    EXPECT_EQ(photon_model_score_top(model_, tokens.data(), tokens.size(), options, k,
+                                     s.logprobs.data(), s.ids.data(), s.top.data()),
+              PHOTON_OK)
+        << photon_last_error();
+    return s;
+  };
+  const Scored all = score_top(tokens_);
+  EXPECT_TRUE(same_bits(all.logprobs, score(tokens_, stride)));
+  for (size_t j = 0; j < k; ++j) {
+    EXPECT_EQ(all.ids[j], -1);
+    EXPECT_TRUE(std::isnan(all.top[j]));
+  }
+  const int32_t vocab = photon_model_vocab_size(model_);
+  size_t greedy = 0;
+  for (size_t i = 1; i < tokens_.size(); ++i) {
+    const int32_t* ids = &all.ids[i * k];
+    const float* top = &all.top[i * k];
+    bool listed = false;
+    for (size_t j = 0; j < k; ++j) {
+      ASSERT_TRUE(ids[j] >= 0 && ids[j] < vocab) << i;
+      if (j > 0) {
+        EXPECT_TRUE(top[j] < top[j - 1] || (top[j] == top[j - 1] && ids[j] > ids[j - 1])) << i;
+      }
+      if (ids[j] == tokens_[i]) {
+        listed = true;
+        EXPECT_EQ(top[j], all.logprobs[i]) << "position " << i;  // bit for bit
+      }
+    }
+    // A token not among the alternatives is less likely than all of them.
+    if (!listed) {
+      EXPECT_LE(all.logprobs[i], top[k - 1]) << i;
+    }
+    greedy += ids[0] == tokens_[i];
+    EXPECT_LE(all.logprobs[i], top[0]);
+  }
+  EXPECT_LT(greedy, tokens_.size() - 1);  // the sequence is not the model's own
+  // Window by window: each window's alternatives are those of the window scored alone.
+  for (const Window& w : layout(tokens_.size(), kContext, stride)) {
+    const Scored part =
+        score_top(std::vector<int32_t>(tokens_.begin() + w.begin, tokens_.begin() + w.end));
+    for (size_t i = std::max<size_t>(w.first_scored, 1); i < w.end; ++i)
+      for (size_t j = 0; j < k; ++j) {
+        EXPECT_EQ(all.ids[i * k + j], part.ids[(i - w.begin) * k + j]) << i;
+        EXPECT_EQ(all.top[i * k + j], part.top[(i - w.begin) * k + j]) << i;
+      }
+  }
+  photon_score_options_free(options);
+}
+
+TEST_P(ScoreWindows, AlternativesRefuseWhatTheyCannotGive) {
+  std::vector<float> logprobs(tokens_.size());
+  std::vector<int32_t> ids(tokens_.size() * 2);
+  std::vector<float> top(ids.size());
+  const int32_t vocab = photon_model_vocab_size(model_);
+  for (const int32_t k : {0, -1, vocab + 1}) {
+    EXPECT_EQ(photon_model_score_top(model_, tokens_.data(), tokens_.size(), nullptr, k,
+                                     logprobs.data(), ids.data(), top.data()),
+              PHOTON_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(photon_last_error()).find("k is " + std::to_string(k)),
+              std::string::npos);
+  }
+  EXPECT_EQ(photon_model_score_top(model_, tokens_.data(), tokens_.size(), nullptr, 2,
+                                   logprobs.data(), nullptr, top.data()),
+            PHOTON_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(photon_last_error()).find("top_tokens is NULL"), std::string::npos);
+  if (GetParam() < 2) return;
+  photon_score_options* options = nullptr;
+  ASSERT_EQ(photon_score_options_create(&options), PHOTON_OK);
+  ASSERT_EQ(photon_score_options_set_mode(options, PHOTON_MODE_RECGEN), PHOTON_OK);
+  EXPECT_EQ(photon_model_score_top(model_, tokens_.data(), tokens_.size(), options, 2,
+                                   logprobs.data(), ids.data(), top.data()),
+            PHOTON_ERR_UNSUPPORTED);
+  EXPECT_NE(std::string(photon_last_error()).find("teacher-forced scoring only"),
+            std::string::npos);
   photon_score_options_free(options);
 }
 
