@@ -622,6 +622,112 @@ def group_choices():
               "n=2 with a conversation -> 400 naming n: %s" % out)
 
 
+def score(name, tokens, top):
+    """photon score --top-logprobs: each position's logprob and alternatives [[id, logprob], ...]."""
+    rc, out, err = run_photon("score", "-m", model(name), "--tokens", ",".join(map(str, tokens)),
+                              "--top-logprobs", top, "--json", *DEVICE)
+    check(rc == 0, "photon score failed: %s" % err)
+    return json.loads(out)
+
+
+def group_prompts():
+    """Several prompts per request, each with its n choices (index p * n + i, seed seed + p * n + i),
+    and echo: the prompt before each choice and, with logprobs, the prompt's own logprobs and
+    alternatives as photon score gives them, in the form an evaluation harness reads (a greedy
+    check compares a token's logprob with its likeliest alternative's)."""
+    sampling = {"temperature": 0.9, "top_k": 40, "seed": 11, "ignore_eos": True}
+    prompts = ["In the beginning God created", [1, 531, 263, 1342]]
+    refs = []
+    for p, prompt in enumerate(prompts):
+        given = ["-p", prompt] if isinstance(prompt, str) else ["--tokens", ",".join(map(str, prompt))]
+        for i in range(2):
+            refs.append(generate(KJV, *given, "-n", 6, "--temperature", 0.9, "--top-k", 40,
+                                 "--seed", 11 + 2 * p + i, "--ignore-eos")[1])
+    with start(KJV, "--store", os.path.join(WORK, "prompts-store")) as s:
+        status, _, out = s.post("/v1/completions", dict(model=KJV, prompt=prompts, max_tokens=6, n=2,
+                                                        return_token_ids=True, **sampling))
+        if check(status == 200 and len(out.get("choices", [])) == 4, "2 prompts x n=2: %s" % out):
+            for i, choice in enumerate(out["choices"]):
+                check(choice["index"] == i and choice["token_ids"] == refs[i]["tokens"],
+                      "choice %d = generate --seed %d: %s vs %s" % (i, 11 + i, choice["token_ids"],
+                                                                   refs[i]["tokens"]))
+            prompt_tokens = refs[0]["prompt_tokens"] + refs[2]["prompt_tokens"]
+            check(out["usage"]["prompt_tokens"] == prompt_tokens
+                  and out["usage"]["completion_tokens"] == 24, "usage counts each prompt once: %s"
+                  % out["usage"])
+        # Streamed: each choice's tokens under its own index.
+        status, _, events, _ = s.stream("/v1/completions", dict(
+            model=KJV, prompt=prompts, max_tokens=6, n=2, return_token_ids=True, stream=True, **sampling))
+        check(status == 200 and events and events[-1] == "[DONE]", "streamed prompts end with [DONE]")
+        by_index = {}
+        for e in events[:-1]:
+            by_index.setdefault(e["choices"][0]["index"], []).extend(e["choices"][0].get("token_ids", []))
+        check(by_index == {i: r["tokens"] for i, r in enumerate(refs)}, "streamed prompts: %s" % by_index)
+
+        # Echo with alternatives, on token prompts: the text starts with the prompt's, and the
+        # prompt's logprobs and alternatives are photon score's.
+        context = [1, 531, 263, 1342, 264]
+        _, greedy = generate(KJV, "--tokens", ",".join(map(str, context)), "-n", 3, "--mode", "hiergen")
+        followed = context + greedy["tokens"]
+        odd = context + [4000, 17, 2500]  # not what the model expects
+        body = dict(model=KJV, prompt=[followed, odd], max_tokens=1, temperature=0, logprobs=1,
+                    echo=True, seed=1234)
+        status, _, out = s.post("/v1/completions", body)
+        ok = check(status == 200 and len(out.get("choices", [])) == 2, "echo of two prompts: %s" % out)
+        greedy_flags = []
+        for choice, tokens in zip(out["choices"] if ok else [], [followed, odd]):
+            lp = choice["logprobs"]
+            ref = score(KJV, tokens, 1)
+            n = len(tokens)
+            check(len(lp["tokens"]) == n + 1 and len(lp["token_logprobs"]) == n + 1
+                  and lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None,
+                  "the prompt's %d tokens, then the generated one: %s" % (n, lp))
+            check(all(abs(a - b) < 1e-6 for a, b in zip(lp["token_logprobs"][1:n], ref["logprobs"][1:])),
+                  "echoed logprobs = photon score's: %s vs %s" % (lp["token_logprobs"], ref["logprobs"]))
+            check(all(abs(list(t.values())[0] - r[0][1]) < 1e-6
+                      for t, r in zip(lp["top_logprobs"][1:n], ref["top_logprobs"][1:])),
+                  "echoed alternatives = photon score's")
+            check(choice["text"].startswith("".join(lp["tokens"][:n])), "the text starts with the prompt")
+            check(lp["text_offset"][n] == len("".join(lp["tokens"][:n])), "offsets run on past the prompt")
+            # What an evaluation harness computes for the continuation after the context.
+            cont = slice(len(context), n)
+            is_greedy = all(t == max(top.values()) for t, top in
+                            zip(lp["token_logprobs"][cont], lp["top_logprobs"][cont]))
+            expected = all(r[0][0] == t for r, t in zip(ref["top_logprobs"][cont], tokens[cont]))
+            check(is_greedy == expected, "greedy as the harness reads it: %s vs %s" % (is_greedy, expected))
+            greedy_flags.append(is_greedy)
+        check(greedy_flags == [True, False], "the model's own continuation is greedy, the odd one "
+              "is not: %s" % greedy_flags)
+
+        # max_tokens 0 with echo: the prompt scored, nothing generated; streamed alike.
+        text_prompt = "And God said, Let there be light"
+        for stream in (False, True):
+            request = dict(model=KJV, prompt=text_prompt, max_tokens=0, echo=True, logprobs=0)
+            if stream:
+                events = stream_text(s, "/v1/completions", dict(request, stream=True))["events"]
+                choices = [e["choices"][0] for e in events[:-1]]
+                text = "".join(c["text"] for c in choices)
+                check([c["finish_reason"] for c in choices][-1] == "length", "streamed echo ends")
+                lp = choices[0]["logprobs"]
+            else:
+                status, _, out = s.post("/v1/completions", request)
+                check(status == 200 and out["usage"]["completion_tokens"] == 0, "max_tokens 0: %s" % out)
+                text, lp = out["choices"][0]["text"], out["choices"][0]["logprobs"]
+            check(text == text_prompt, "echo alone gives the prompt: %r" % text)
+            check(lp["top_logprobs"] is None and len(lp["token_logprobs"]) == len(lp["tokens"])
+                  and all(v < 0 for v in lp["token_logprobs"][1:]), "the prompt's logprobs: %s" % lp)
+
+        # Refusals name the field.
+        for extra, headers, param in [
+                (dict(prompt=["a", "b"]), {"X-Conversation-Id": "two-prompts"}, "prompt"),
+                (dict(prompt="a", max_tokens=0), {"X-Conversation-Id": "nothing"}, "max_tokens"),
+                (dict(prompt=["a", [1, 99999]]), None, "prompt[1]"),
+                (dict(prompt=["a"] * 33, n=2), None, "n")]:
+            status, _, out = s.post("/v1/completions", dict(dict(model=KJV, max_tokens=2), **extra), headers)
+            expect_error(status, out, 400, param=param, what="%s" % extra)
+        check(completion(s, "In the beginning", 2) is not None, "still serving")
+
+
 def group_errors():
     """Every bad request gets its 4xx with a message, and the server keeps serving."""
     key = "secret-key-1"
@@ -654,7 +760,7 @@ def group_errors():
         for field, value, param in [("max_tokens", "4", "max_tokens"), ("temperature", "hot", "temperature"),
                                     ("stream", 1, "stream"), ("stop", 7, "stop"), ("seed", 1.5, "seed"),
                                     ("n", 17, "n"), ("n", 0, "n"), ("best_of", 3, "best_of"),
-                                    ("logprobs", 21, "logprobs"), ("echo", True, "echo"),
+                                    ("logprobs", 21, "logprobs"), ("echo", "yes", "echo"),
                                     ("tools", [{"type": "function"}], "tools"),
                                     ("logit_bias", {"5": 101}, "logit_bias"),
                                     ("logit_bias", {"4096": 1}, "logit_bias"),
@@ -1288,7 +1394,7 @@ def group_openai_node():
 
 GROUPS = {
     "setup": group_setup, "usage": group_usage, "api": group_api, "errors": group_errors,
-    "busy": group_busy, "choices": group_choices, "many": group_many, "equality": group_equality, "conversation": group_conversation,
+    "busy": group_busy, "choices": group_choices, "prompts": group_prompts, "many": group_many, "equality": group_equality, "conversation": group_conversation,
     "disconnect": group_disconnect, "shutdown": group_shutdown, "soak": group_soak,
     "node_setup": group_node_setup, "openai_node": group_openai_node,
 }

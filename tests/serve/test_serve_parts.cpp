@@ -141,7 +141,9 @@ TEST(ServeRequest, ReadsEveryFieldOfACompletion) {
           "user": "someone", "n": 1, "presence_penalty": -0.5, "frequency_penalty": 1.5,
           "repeat_last_n": -1, "logit_bias": {"0": -100, "42": 2.5}})");
   EXPECT_EQ(r.model, "m");
-  EXPECT_EQ(r.prompt_text, "In the beginning");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].text, "In the beginning");
+  EXPECT_FALSE(r.echo);
   EXPECT_EQ(r.max_tokens, 7);
   EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
   EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
@@ -176,22 +178,57 @@ TEST(ServeRequest, ChoicesUpToSixteen) {
             2);
 }
 
-TEST(ServeRequest, PromptsAsTextTokensOrOneOfEach) {
-  EXPECT_EQ(parse_generation_request(Endpoint::Completions, R"({"model":"m","prompt":[1,5,9]})")
-                .prompt_tokens,
-            (std::vector<int32_t>{1, 5, 9}));
-  EXPECT_EQ(parse_generation_request(Endpoint::Completions, R"({"model":"m","prompt":[[1,5]]})")
-                .prompt_tokens,
-            (std::vector<int32_t>{1, 5}));
-  EXPECT_EQ(parse_generation_request(Endpoint::Completions, R"({"model":"m","prompt":["x"]})")
-                .prompt_text,
-            "x");
-  EXPECT_EQ(refusal(Endpoint::Completions, R"({"model":"m","prompt":["x","y"]})").param(),
-            "prompt");
+// One prompt (text or token ids) or an array of them, each its own.
+std::vector<PromptInput> prompts(const std::string& prompt) {
+  return parse_generation_request(Endpoint::Completions, R"({"model":"m","prompt":)" + prompt + "}")
+      .prompts;
+}
+bool same(const std::vector<PromptInput>& got, const std::vector<PromptInput>& expected) {
+  if (got.size() != expected.size()) return false;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i].text != expected[i].text || got[i].tokens != expected[i].tokens) return false;
+  return true;
+}
+
+TEST(ServeRequest, PromptsAsTextTokensOrAnArrayOfThem) {
+  EXPECT_TRUE(same(prompts("\"x\""), {{"x", {}}}));
+  EXPECT_TRUE(same(prompts("[1,5,9]"), {{std::nullopt, {1, 5, 9}}}));
+  EXPECT_TRUE(same(prompts("[[1,5]]"), {{std::nullopt, {1, 5}}}));
+  EXPECT_TRUE(same(prompts(R"(["x"])"), {{"x", {}}}));
+  EXPECT_TRUE(same(prompts(R"(["x","y",[1,2]])"), {{"x", {}}, {"y", {}}, {std::nullopt, {1, 2}}}));
   EXPECT_EQ(refusal(Endpoint::Completions, R"({"model":"m","prompt":[]})").param(), "prompt");
   EXPECT_EQ(refusal(Endpoint::Completions, R"({"model":"m","prompt":[1,-2]})").param(), "prompt");
   EXPECT_EQ(refusal(Endpoint::Completions, R"({"model":"m","prompt":[1,2.5]})").param(), "prompt");
+  EXPECT_EQ(refusal(Endpoint::Completions, R"({"model":"m","prompt":["x",[]]})").param(),
+            "prompt[1]");
+  EXPECT_EQ(refusal(Endpoint::Completions, R"({"model":"m","prompt":["x",7]})").param(),
+            "prompt[1]");
   EXPECT_EQ(refusal(Endpoint::Completions, R"({"model":"m"})").param(), "prompt");
+}
+
+TEST(ServeRequest, AtMostSixtyFourChoicesOverAllPrompts) {
+  std::string many = "[";
+  for (int i = 0; i < kMaxRequestChoices; ++i) many += i ? ",\"x\"" : "\"x\"";
+  EXPECT_EQ(prompts(many + "]").size(), static_cast<size_t>(kMaxRequestChoices));
+  EXPECT_EQ(refusal(Endpoint::Completions, R"({"model":"m","prompt":)" + many + ",\"x\"]}").param(),
+            "prompt");
+  const ApiError e =
+      refusal(Endpoint::Completions, R"({"model":"m","prompt":["a","b","c","d","e"],"n":16})");
+  EXPECT_EQ(e.param(), "n");
+  EXPECT_NE(std::string(e.what()).find("at most 64 choices per request"), std::string::npos)
+      << e.what();
+}
+
+TEST(ServeRequest, EchoIsForCompletions) {
+  EXPECT_TRUE(
+      parse_generation_request(Endpoint::Completions, R"({"model":"m","prompt":"x","echo":true})")
+          .echo);
+  EXPECT_EQ(refusal(Endpoint::Completions, R"({"model":"m","prompt":"x","echo":1})").param(),
+            "echo");
+  EXPECT_FALSE(parse_generation_request(Endpoint::ChatCompletions,
+                                        R"({"model":"m","messages":[{"role":"user","content":)"
+                                        R"("x"}],"echo":true})")
+                   .echo);
 }
 
 TEST(ServeRequest, ChatMessages) {
@@ -260,7 +297,7 @@ TEST(ServeRequest, WrongTypesAndRangesNameTheField) {
       {R"("n":1.5)", "n"},
       {R"("best_of":3)", "best_of"},
       {R"("n":2,"best_of":3)", "best_of"},
-      {R"("echo":true)", "echo"},
+      {R"("echo":"yes")", "echo"},
       {R"("suffix":"end")", "suffix"},
       {R"("tools":[{"type":"function"}])", "tools"},
       {R"("tool_choice":"auto")", "tool_choice"},

@@ -80,9 +80,10 @@ class ChoiceObserver final : public GenerationObserver {
   size_t index_;
 };
 
-// One request of the API: its `n` choices each run as an engine request of their own, with the
-// seeds seed, seed + 1, ...; the reply lists them by index.
+// One request of the API: each of its prompts has `n` choices, each run as an engine request of
+// its own, with the seeds seed, seed + 1, ... in the order of their index in the reply.
 class Completion final : public std::enable_shared_from_this<Completion> {
+  struct Prompt;
   struct Choice;
 
  public:
@@ -118,11 +119,12 @@ class Completion final : public std::enable_shared_from_this<Completion> {
 
   void on_tokens(size_t index, std::vector<GeneratedToken>& tokens) {
     Choice& c = choices_[index];
+    const Prompt& prompt = prompts_[c.prompt];
     std::string out;
     for (GeneratedToken& t : tokens) {
-      const size_t offset = c.text.generated().size();
+      const size_t offset = prompt.echoed.size() + c.text.generated().size();
       const std::string_view text = c.text.append(t.piece);
-      const int32_t previous = c.ids.empty() ? prompt_tokens_.back() : c.ids.back();
+      const int32_t previous = c.ids.empty() ? prompt.tokens.back() : c.ids.back();
       c.ids.push_back(t.id);
       if (req_.logprobs) {
         c.logprobs.push_back(t.logprob);
@@ -151,7 +153,7 @@ class Completion final : public std::enable_shared_from_this<Completion> {
         state_refused(shared_from_this(), message.c_str());
         return plan_and_submit(false);
       }
-      return fail(engine_error(status, message, prompt_param()));
+      return fail(engine_error(status, message, prompt_param(c.prompt).c_str()));
     }
     if (reason == PHOTON_STOP_CANCELLED)
       return fail(
@@ -169,8 +171,10 @@ class Completion final : public std::enable_shared_from_this<Completion> {
   }
 
  private:
-  const char* prompt_param() const {
-    return endpoint_ == Endpoint::Completions ? "prompt" : "messages";
+  // The request's field that a prompt came from, for messages.
+  std::string prompt_param(size_t prompt = 0) const {
+    if (endpoint_ == Endpoint::ChatCompletions) return "messages";
+    return prompts_.size() > 1 ? "prompt[" + std::to_string(prompt) + "]" : "prompt";
   }
 
   void parse() {
@@ -197,16 +201,28 @@ class Completion final : public std::enable_shared_from_this<Completion> {
     }
     stops_ = req_.sampling.stop;
     if (endpoint_ == Endpoint::ChatCompletions) {
-      prompt_text_ = ctx_.model.chat.render(req_.messages);
+      prompts_.emplace_back().text = ctx_.model.chat.render(req_.messages);
       bos_ = ctx_.model.chat.bos;
       stops_.insert(stops_.end(), ctx_.model.chat.stop.begin(), ctx_.model.chat.stop.end());
     } else {
-      prompt_text_ = req_.prompt_text;
+      for (PromptInput& given : req_.prompts) {
+        Prompt& p = prompts_.emplace_back();
+        p.text = std::move(given.text);
+        p.tokens = std::move(given.tokens);
+      }
     }
-    if (req_.n > 1 && conversation_id_)
-      throw bad_field("n",
-                      "'n' must be 1 with X-Conversation-Id: a conversation continues one "
-                      "choice");
+    if (conversation_id_) {
+      if (req_.n > 1)
+        throw bad_field("n",
+                        "'n' must be 1 with X-Conversation-Id: a conversation continues one "
+                        "choice");
+      if (prompts_.size() > 1)
+        throw bad_field("prompt", "'prompt' must be one prompt with X-Conversation-Id");
+      if (req_.max_tokens == 0)
+        throw bad_field("max_tokens",
+                        "'max_tokens' must be at least 1 with X-Conversation-Id: a turn is "
+                        "saved after the reply it generates");
+    }
     seed_ = req_.sampling.seed ? *req_.sampling.seed : ctx_.random();
     const char* prefix = endpoint_ == Endpoint::Completions ? "cmpl-" : "chatcmpl-";
     const char* object =
@@ -215,9 +231,11 @@ class Completion final : public std::enable_shared_from_this<Completion> {
     head_base_ = "data: {\"id\":\"" + id_ + "\",\"object\":\"" + object +
                  "\",\"created\":" + std::to_string(created_) + ",\"model\":";
     append_json_string(head_base_, ctx_.model.name);
-    for (int32_t i = 0; i < req_.n; ++i)
-      choices_.emplace_back(head_base_ + ",\"choices\":[{\"index\":" + std::to_string(i) + ",",
-                            stops_);
+    for (size_t p = 0; p < prompts_.size(); ++p)
+      for (int32_t i = 0; i < req_.n; ++i) {
+        const std::string index = std::to_string(choices_.size());
+        choices_.emplace_back(head_base_ + ",\"choices\":[{\"index\":" + index + ",", stops_, p);
+      }
   }
 
   // A store that cannot be reached, or a record that cannot be read, is as good as no
@@ -297,36 +315,92 @@ class Completion final : public std::enable_shared_from_this<Completion> {
   // Whether the stored conversation is where this prompt starts: its text for a text prompt, its
   // tokens for a prompt of token ids.
   bool continues(const Conversation& c) const {
-    if (prompt_text_) return c.has_text && prompt_text_->compare(0, c.text.size(), c.text) == 0;
-    return !c.tokens.empty() && req_.prompt_tokens.size() >= c.tokens.size() &&
-           std::equal(c.tokens.begin(), c.tokens.end(), req_.prompt_tokens.begin());
+    const Prompt& p = prompts_[0];
+    if (p.text) return c.has_text && p.text->compare(0, c.text.size(), c.text) == 0;
+    return !c.tokens.empty() && p.tokens.size() >= c.tokens.size() &&
+           std::equal(c.tokens.begin(), c.tokens.end(), p.tokens.begin());
   }
 
   // What to submit: the stored state and the rest of the prompt, tokenized as `photon generate
-  // --resume FILE -p REST` does (no BOS), or the whole prompt.
+  // --resume FILE -p REST` does (no BOS), or each whole prompt; with echo, what they echo.
   void plan(bool use_conversation) {
     resumed_ =
         use_conversation && conversation_ && !conversation_->refused && continues(*conversation_);
     if (resumed_) {
       const Conversation& c = *conversation_;
-      submit_tokens_ = prompt_text_
-                           ? tokenize(std::string_view(*prompt_text_).substr(c.text.size()), false)
-                           : std::vector<int32_t>(req_.prompt_tokens.begin() +
-                                                      static_cast<ptrdiff_t>(c.tokens.size()),
-                                                  req_.prompt_tokens.end());
-      prompt_tokens_ = c.tokens;
-      prompt_tokens_.insert(prompt_tokens_.end(), submit_tokens_.begin(), submit_tokens_.end());
+      Prompt& p = prompts_[0];
+      if (p.text) {
+        p.submit = tokenize(std::string_view(*p.text).substr(c.text.size()), false);
+        p.tokens = c.tokens;
+        p.tokens.insert(p.tokens.end(), p.submit.begin(), p.submit.end());
+      } else {
+        p.submit.assign(p.tokens.begin() + static_cast<ptrdiff_t>(c.tokens.size()), p.tokens.end());
+      }
     } else {
-      prompt_tokens_ = prompt_text_ ? tokenize(*prompt_text_, bos_) : req_.prompt_tokens;
-      submit_tokens_ = prompt_tokens_;
+      for (Prompt& p : prompts_) {
+        if (p.text) p.tokens = tokenize(*p.text, bos_);
+        p.submit = p.tokens;
+      }
     }
-    check_limits();
+    for (size_t i = 0; i < prompts_.size(); ++i) check_limits(i);
+    const int32_t vocab = ctx_.model.vocab_size;
+    for (const auto& [token, bias] : req_.sampling.logit_bias)
+      if (token >= vocab)
+        throw bad_field("logit_bias",
+                        "'logit_bias' names token " + std::to_string(token) +
+                            ", outside the vocabulary [0, " + std::to_string(vocab) + ")",
+                        "invalid_token");
+    if (req_.echo)
+      for (Prompt& p : prompts_) echo(p);
   }
 
-  void check_limits() {
+  // The prompt's text and, with logprobs, its tokens as a scoring pass sees them (the first
+  // token has none: nothing predicts it).
+  void echo(Prompt& p) const {
+    p.echoed = p.text ? *p.text : detokenize(p.tokens);
+    if (!req_.logprobs) return;
+    const size_t n = p.tokens.size();
+    const auto k = static_cast<size_t>(req_.top_logprobs);
+    p.logprobs.resize(n);
+    std::vector<int32_t> top_ids(n * k);
+    std::vector<float> top_logprobs(n * k);
+    const photon_model* model = ctx_.model.model;
+    require_ok(k > 0
+                   ? photon_model_score_top(model, p.tokens.data(), n, nullptr, req_.top_logprobs,
+                                            p.logprobs.data(), top_ids.data(), top_logprobs.data())
+                   : photon_model_score(model, p.tokens.data(), n, p.logprobs.data()),
+               "cannot score the prompt");
+    p.pieces.clear();
+    p.tops.assign(n, {});
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t previous = i > 0 ? p.tokens[i - 1] : -1;
+      p.pieces.push_back(token_piece(p.tokens[i], previous));
+      if (i == 0) continue;
+      for (size_t j = 0; j < k; ++j)
+        p.tops[i].push_back({token_piece(top_ids[i * k + j], previous), top_logprobs[i * k + j]});
+    }
+  }
+
+  std::string detokenize(const std::vector<int32_t>& tokens) const {
+    std::string text(tokens.size() * 8 + 16, '\0');
+    size_t length = 0;
+    photon_status status = photon_model_detokenize(ctx_.model.model, tokens.data(), tokens.size(),
+                                                   text.data(), text.size(), &length);
+    if (status == PHOTON_ERR_BUFFER_TOO_SMALL) {
+      text.resize(length + 1);
+      status = photon_model_detokenize(ctx_.model.model, tokens.data(), tokens.size(), text.data(),
+                                       text.size(), &length);
+    }
+    require_ok(status, "cannot detokenize the prompt");
+    text.resize(length);
+    return text;
+  }
+
+  void check_limits(size_t index) {
     const ServedModel& m = ctx_.model;
-    const char* param = prompt_param();
-    const auto n = static_cast<int64_t>(prompt_tokens_.size());
+    Prompt& prompt = prompts_[index];
+    const std::string param = prompt_param(index);
+    const auto n = static_cast<int64_t>(prompt.tokens.size());
     if (n == 0) throw bad_field(param, "the prompt gives no tokens");
     if (n > m.max_prompt_tokens)
       throw bad_field(param,
@@ -334,20 +408,14 @@ class Completion final : public std::enable_shared_from_this<Completion> {
                           " tokens; this server takes at most " +
                           std::to_string(m.max_prompt_tokens),
                       "prompt_too_long");
-    for (size_t i = 0; i < submit_tokens_.size(); ++i) {
-      if (submit_tokens_[i] >= m.vocab_size)
+    for (size_t i = 0; i < prompt.submit.size(); ++i) {
+      if (prompt.submit[i] >= m.vocab_size)
         throw bad_field(param,
-                        "prompt token " + std::to_string(submit_tokens_[i]) + " at position " +
+                        "prompt token " + std::to_string(prompt.submit[i]) + " at position " +
                             std::to_string(i) + " is outside the vocabulary [0, " +
                             std::to_string(m.vocab_size) + ")",
                         "invalid_token");
     }
-    for (const auto& [token, bias] : req_.sampling.logit_bias)
-      if (token >= m.vocab_size)
-        throw bad_field("logit_bias",
-                        "'logit_bias' names token " + std::to_string(token) +
-                            ", outside the vocabulary [0, " + std::to_string(m.vocab_size) + ")",
-                        "invalid_token");
     if (n >= m.context)
       throw bad_field(param,
                       "the prompt has " + std::to_string(n) + " tokens and the context holds " +
@@ -366,61 +434,80 @@ class Completion final : public std::enable_shared_from_this<Completion> {
                             " tokens: the prompt has " + std::to_string(n) +
                             " and 'max_tokens' asks for " + std::to_string(asked),
                         "context_length_exceeded");
-      max_tokens_ = static_cast<int32_t>(asked);
+      prompt.max_tokens = static_cast<int32_t>(asked);
     } else {
       const int64_t wanted =
           endpoint_ == Endpoint::Completions ? kCompletionsDefaultMaxTokens : room;
-      max_tokens_ = static_cast<int32_t>(std::min({wanted, room, int64_t{m.max_tokens}}));
+      prompt.max_tokens = static_cast<int32_t>(std::min({wanted, room, int64_t{m.max_tokens}}));
     }
   }
 
+  // Submits every choice's engine request; with max_tokens 0 (echo's scoring alone) none, and
+  // the reply follows at once.
   void submit() {
+    if (req_.max_tokens != 0)
+      for (size_t i = 0; i < choices_.size(); ++i)
+        if (!submit_choice(i)) return;
+    if (!streaming_ && req_.stream) {
+      streaming_ = true;
+      exchange_->start_stream(reply_headers());
+      std::string out;
+      for (const Choice& c : choices_) {
+        if (endpoint_ == Endpoint::ChatCompletions)
+          out += c.head +
+                 "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+                 "\"finish_reason\":null}]" +
+                 (req_.include_usage ? ",\"usage\":null" : "") + "}\n\n";
+        else if (req_.echo)
+          append_echo_chunk(out, c);
+      }
+      if (!out.empty()) exchange_->send(out);
+    }
+    if (req_.max_tokens == 0) {
+      for (Choice& c : choices_) {
+        c.ended = true;
+        c.rest = c.text.finish();
+      }
+      reply();
+    }
+  }
+
+  // false: the request went back to planning (a stored state the engine refused).
+  bool submit_choice(size_t index) {
+    Choice& c = choices_[index];
+    const Prompt& prompt = prompts_[c.prompt];
     RequestOptions ro;
     require_ok(photon_request_options_create(&ro.o), "cannot create request options");
-    if (!submit_tokens_.empty())
+    if (!prompt.submit.empty())
       require_ok(
-          photon_request_options_set_prompt(ro.o, submit_tokens_.data(), submit_tokens_.size()),
+          photon_request_options_set_prompt(ro.o, prompt.submit.data(), prompt.submit.size()),
           "prompt");
     if (resumed_)
       require_ok(photon_request_options_set_state(ro.o, conversation_->state.data(),
                                                   conversation_->state.size()),
                  "state");
-    require_ok(photon_request_options_set_max_tokens(ro.o, max_tokens_), "max_tokens");
-    for (size_t i = 0; i < choices_.size(); ++i) {
-      Choice& c = choices_[i];
-      SessionOptions so;
-      require_ok(photon_session_options_create(&so.o), "cannot create session options");
-      set_session_options(so.o, seed_ + i);
-      require_ok(photon_request_options_set_session_options(ro.o, so.o), "session options");
-      c.generation = std::make_shared<Generation>(ctx_.io);
-      c.ended = false;
-      const photon_status status = c.generation->submit(
-          ctx_.model.engine, ro.o, std::make_shared<ChoiceObserver>(shared_from_this(), i));
-      if (status != PHOTON_OK) {
-        const std::string message = photon_last_error();
-        c.generation.reset();
-        for (size_t j = 0; j < i; ++j) choices_[j].generation->cancel();
-        if (resumed_ && status != PHOTON_ERR_BUSY) {
-          state_refused(shared_from_this(), message.c_str());
-          return plan_and_submit(false);
-        }
-        throw engine_error(status, message, prompt_param());
+    require_ok(photon_request_options_set_max_tokens(ro.o, prompt.max_tokens), "max_tokens");
+    SessionOptions so;
+    require_ok(photon_session_options_create(&so.o), "cannot create session options");
+    set_session_options(so.o, seed_ + index);
+    require_ok(photon_request_options_set_session_options(ro.o, so.o), "session options");
+    c.generation = std::make_shared<Generation>(ctx_.io);
+    c.ended = false;
+    const photon_status status = c.generation->submit(
+        ctx_.model.engine, ro.o, std::make_shared<ChoiceObserver>(shared_from_this(), index));
+    if (status != PHOTON_OK) {
+      const std::string message = photon_last_error();
+      c.generation.reset();
+      for (size_t j = 0; j < index; ++j) choices_[j].generation->cancel();
+      if (resumed_ && status != PHOTON_ERR_BUSY) {
+        state_refused(shared_from_this(), message.c_str());
+        plan_and_submit(false);
+        return false;
       }
-      ctx_.tracker->add(c.generation);
+      throw engine_error(status, message, prompt_param(c.prompt).c_str());
     }
-    if (!streaming_ && req_.stream) {
-      streaming_ = true;
-      exchange_->start_stream(reply_headers());
-      if (endpoint_ == Endpoint::ChatCompletions) {
-        std::string out;
-        for (const Choice& c : choices_)
-          out += c.head +
-                 "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
-                 "\"finish_reason\":null}]" +
-                 (req_.include_usage ? ",\"usage\":null" : "") + "}\n\n";
-        exchange_->send(out);
-      }
-    }
+    ctx_.tracker->add(c.generation);
+    return true;
   }
 
   void set_session_options(photon_session_options* o, uint64_t seed) const {
@@ -516,6 +603,43 @@ class Completion final : public std::enable_shared_from_this<Completion> {
     out += "}\n\n";
   }
 
+  // Completions' logprobs of an echoed prompt: the first token has no logprob and no
+  // alternatives (null), and offsets count from the prompt's start.
+  ordered_json echoed_logprobs(const Prompt& p) const {
+    ordered_json lp;
+    lp["tokens"] = p.pieces;
+    ordered_json values = ordered_json::array(), offsets = ordered_json::array();
+    size_t offset = 0;
+    for (size_t i = 0; i < p.pieces.size(); ++i) {
+      values.push_back(i == 0 ? ordered_json(nullptr)
+                              : ordered_json(json_number_value(p.logprobs[i])));
+      offsets.push_back(offset);
+      offset += p.pieces[i].size();
+    }
+    lp["token_logprobs"] = std::move(values);
+    if (req_.top_logprobs > 0) {
+      std::string top = "[null";
+      for (size_t i = 1; i < p.tops.size(); ++i) {
+        top += ',';
+        append_alternatives_object(top, p.tops[i]);
+      }
+      lp["top_logprobs"] = ordered_json::parse(top + ']');
+    } else {
+      lp["top_logprobs"] = nullptr;
+    }
+    lp["text_offset"] = std::move(offsets);
+    return lp;
+  }
+
+  // A streamed choice's first chunk with echo: its prompt, and the prompt's logprobs.
+  void append_echo_chunk(std::string& out, const Choice& c) const {
+    const Prompt& p = prompts_[c.prompt];
+    out += c.head + "\"text\":";
+    append_json_string(out, p.echoed);
+    out += ",\"logprobs\":" + (req_.logprobs ? dump(echoed_logprobs(p)) : std::string("null")) +
+           ",\"finish_reason\":null}]" + (req_.include_usage ? ",\"usage\":null" : "") + "}\n\n";
+  }
+
   // Chat's form of a token: {"token", "logprob", "bytes"}, and its alternatives in that form.
   static void append_chat_token(std::string& out, const std::string& piece, float logprob) {
     out += "{\"token\":";
@@ -575,15 +699,32 @@ class Completion final : public std::enable_shared_from_this<Completion> {
   }
 
   ordered_json usage() const {
-    double reused = 0;
-    photon_request_get_stat(choices_[0].generation->request(), PHOTON_REQUEST_REUSED_TOKENS,
-                            &reused);
     ordered_json u;
-    u["prompt_tokens"] = prompt_tokens_.size();
+    u["prompt_tokens"] = prompt_tokens();
     u["completion_tokens"] = completion_tokens();
-    u["total_tokens"] = prompt_tokens_.size() + completion_tokens();
-    u["prompt_tokens_details"] = {{"cached_tokens", static_cast<int64_t>(reused)}};
+    u["total_tokens"] = prompt_tokens() + completion_tokens();
+    u["prompt_tokens_details"] = {{"cached_tokens", reused_tokens()}};
     return u;
+  }
+
+  // Each prompt counts once, however many choices it has.
+  size_t prompt_tokens() const {
+    size_t n = 0;
+    for (const Prompt& p : prompts_) n += p.tokens.size();
+    return n;
+  }
+
+  // The prompt tokens whose KV the engine reused, by each prompt's first choice.
+  int64_t reused_tokens() const {
+    double reused = 0;
+    for (size_t i = 0; i < choices_.size(); i += static_cast<size_t>(req_.n)) {
+      double r = 0;
+      if (choices_[i].generation)
+        photon_request_get_stat(choices_[i].generation->request(), PHOTON_REQUEST_REUSED_TOKENS,
+                                &r);
+      reused += r;
+    }
+    return static_cast<int64_t>(reused);
   }
 
   size_t completion_tokens() const {
@@ -600,19 +741,30 @@ class Completion final : public std::enable_shared_from_this<Completion> {
     if (!req_.logprobs) return nullptr;
     ordered_json lp;
     if (endpoint_ == Endpoint::Completions) {
-      lp["tokens"] = c.pieces;
-      lp["token_logprobs"] = c.logprobs;
+      // With echo, the prompt's entries come first.
+      ordered_json echoed = req_.echo ? echoed_logprobs(prompts_[c.prompt]) : ordered_json();
+      const auto field = [&](const char* name) {
+        return req_.echo ? echoed[name] : ordered_json::array();
+      };
+      lp["tokens"] = field("tokens");
+      for (const std::string& piece : c.pieces) lp["tokens"].push_back(piece);
+      lp["token_logprobs"] = field("token_logprobs");
+      for (const float logprob : c.logprobs)
+        lp["token_logprobs"].push_back(json_number_value(logprob));
       if (req_.top_logprobs > 0) {
         std::string top = "[";
         for (size_t i = 0; i < c.tops.size(); ++i) {
           if (i) top += ',';
           append_alternatives_object(top, c.tops[i]);
         }
-        lp["top_logprobs"] = ordered_json::parse(top + ']');
+        lp["top_logprobs"] = field("top_logprobs");
+        for (ordered_json& row : ordered_json::parse(top + ']'))
+          lp["top_logprobs"].push_back(std::move(row));
       } else {
         lp["top_logprobs"] = nullptr;
       }
-      lp["text_offset"] = c.offsets;
+      lp["text_offset"] = field("text_offset");
+      for (const size_t offset : c.offsets) lp["text_offset"].push_back(offset);
       return lp;
     }
     std::string content = "[";
@@ -628,10 +780,11 @@ class Completion final : public std::enable_shared_from_this<Completion> {
   // A conversation's turn (one choice) is saved before its reply ends.
   void save_then_reply() {
     const Choice& choice = choices_[0];
+    const Prompt& prompt = prompts_[0];
     Conversation c;
-    c.has_text = prompt_text_.has_value();
-    if (c.has_text) c.text = *prompt_text_ + choice.text.generated();
-    c.tokens = prompt_tokens_;
+    c.has_text = prompt.text.has_value();
+    if (c.has_text) c.text = *prompt.text + choice.text.generated();
+    c.tokens = prompt.tokens;
     c.tokens.insert(c.tokens.end(), choice.ids.begin(), choice.ids.end());
     const uint64_t expected = conversation_ ? conversation_->version : 0;
     struct Outcome {
@@ -722,7 +875,8 @@ class Completion final : public std::enable_shared_from_this<Completion> {
     ordered_json choices = ordered_json::array();
     for (size_t i = 0; i < choices_.size(); ++i) {
       const Choice& c = choices_[i];
-      const std::string text = c.text.generated().substr(0, c.text.sent());
+      const std::string text =
+          prompts_[c.prompt].echoed + c.text.generated().substr(0, c.text.sent());
       ordered_json choice;
       choice["index"] = i;
       if (endpoint_ == Endpoint::Completions)
@@ -768,7 +922,6 @@ class Completion final : public std::enable_shared_from_this<Completion> {
     const double seconds =
         std::chrono::duration<double>(SteadyClock::now() - http_.received).count();
     metrics.request_seconds.observe(seconds);
-    double reused = 0;
     for (const Choice& c : choices_) {
       if (!c.generation) continue;
       photon_request* r = c.generation->request();
@@ -777,7 +930,6 @@ class Completion final : public std::enable_shared_from_this<Completion> {
       photon_request_get_stat(r, PHOTON_REQUEST_FIRST_TOKEN_SECONDS, &first);
       photon_request_get_stat(r, PHOTON_REQUEST_DECODE_SECONDS, &decode);
       photon_request_get_stat(r, PHOTON_REQUEST_GENERATED_TOKENS, &generated);
-      if (&c == &choices_[0]) photon_request_get_stat(r, PHOTON_REQUEST_REUSED_TOKENS, &reused);
       metrics.queue_seconds.observe(queue);
       metrics.first_token_seconds.observe(first);
       if (generated > 1) metrics.token_gap_seconds.observe(decode / (generated - 1));
@@ -787,7 +939,7 @@ class Completion final : public std::enable_shared_from_this<Completion> {
                    "photon serve: %s %s %s -> %d: prompt %zu tokens (%lld reused), %zu generated, "
                    "%.3f s\n",
                    request_id_.c_str(), http_.method.c_str(), route(endpoint_), status,
-                   prompt_tokens_.size(), static_cast<long long>(reused), completion_tokens(),
+                   prompt_tokens(), static_cast<long long>(reused_tokens()), completion_tokens(),
                    seconds);
     exchange_.reset();
   }
@@ -805,21 +957,31 @@ class Completion final : public std::enable_shared_from_this<Completion> {
   std::optional<std::string> conversation_id_;
   std::optional<Conversation> conversation_;
   uint64_t saved_version_ = 0;
-  std::optional<std::string> prompt_text_;
   bool bos_ = true;
   std::vector<std::string> stops_;
   uint64_t seed_ = 0;
   bool resumed_ = false;
-  std::vector<int32_t> prompt_tokens_;  // the whole prompt, as the session holds it
-  std::vector<int32_t> submit_tokens_;  // what the engine reads (after a continued state)
-  int32_t max_tokens_ = 0;
 
-  // One of the n choices: its engine request and what it produced.
+  // One prompt of the request: what it reads and, with echo, what it shows of itself.
+  struct Prompt {
+    std::optional<std::string> text;  // a text prompt (chat: the messages rendered)
+    std::vector<int32_t> tokens;      // the whole prompt, as the session holds it
+    std::vector<int32_t> submit;      // what the engine reads (after a continued state)
+    int32_t max_tokens = 0;
+    std::string echoed;                          // echo: the prompt's text
+    std::vector<std::string> pieces;             // echo with logprobs: each token's piece,
+    std::vector<float> logprobs;                 // its logprob (NaN first)
+    std::vector<std::vector<Alternative>> tops;  // and its alternatives (none first)
+  };
+  std::vector<Prompt> prompts_;
+
+  // One of the choices: its engine request and what it produced.
   struct Choice {
-    Choice(std::string chunk_head, std::vector<std::string> stops)
-        : head(std::move(chunk_head)), text(std::move(stops)) {}
+    Choice(std::string chunk_head, std::vector<std::string> stops, size_t of_prompt)
+        : head(std::move(chunk_head)), text(std::move(stops)), prompt(of_prompt) {}
     std::string head;  // head_base_ and the choice's index
     TextStream text;
+    size_t prompt;  // its index in prompts_
     std::shared_ptr<Generation> generation;
     std::vector<int32_t> ids;
     std::vector<float> logprobs;

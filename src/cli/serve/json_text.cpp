@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 
 namespace photon::serve {
 namespace {
@@ -79,6 +80,13 @@ void append_json_number(std::string& out, double value) {
   char text[32];
   std::snprintf(text, sizeof text, "%.9g", value);
   out += text;
+}
+
+double json_number_value(double value) {
+  if (!std::isfinite(value)) return value;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", value);
+  return std::strtod(text, nullptr);
 }
 
 }  // namespace photon::serve

@@ -135,8 +135,6 @@ void refuse_unsupported(const json& body, Endpoint endpoint) {
       if (m != "text") throw bad_field("modalities", "only the 'text' modality is supported");
   }
   if (endpoint == Endpoint::Completions) {
-    if (const json* v = find(body, "echo"); v && boolean(*v, "echo"))
-      throw bad_field("echo", "'echo' is not supported");
     if (const json* v = find(body, "suffix"); v && !string(*v, "suffix").empty())
       throw bad_field("suffix", "'suffix' is not supported (no fill-in-the-middle)");
   }
@@ -158,29 +156,36 @@ std::vector<int32_t> token_ids(const json& v, const std::string& name) {
   return tokens;
 }
 
-// prompt: "text", ["text"], [1, 2, 3] or [[1, 2, 3]] (one prompt: this server answers n = 1).
+// prompt: "text", [1, 2, 3], or an array of those ("text" or [1, 2, 3] each): one prompt or
+// several.
 void parse_prompt(const json& body, GenerationRequest& r) {
   const json* p = find(body, "prompt");
   if (!p) throw bad_field("prompt", "'prompt' is required");
   if (p->is_string()) {
-    r.prompt_text = p->get<std::string>();
+    r.prompts.push_back({p->get<std::string>(), {}});
     return;
   }
   if (!p->is_array())
-    throw wrong_type("prompt", "a string, an array of token ids, or an array of one of those", *p);
+    throw wrong_type("prompt", "a string, an array of token ids, or an array of those", *p);
   if (p->empty()) throw bad_field("prompt", "'prompt' is an empty array");
   const json& first = p->front();
-  if (first.is_string() || first.is_array()) {
-    if (p->size() != 1)
-      throw bad_field("prompt", "'prompt' holds " + std::to_string(p->size()) +
-                                    " prompts: this server answers one prompt per request");
-    if (first.is_string())
-      r.prompt_text = first.get<std::string>();
-    else
-      r.prompt_tokens = token_ids(first, "prompt");
+  if (!first.is_string() && !first.is_array()) {
+    r.prompts.push_back({std::nullopt, token_ids(*p, "prompt")});
     return;
   }
-  r.prompt_tokens = token_ids(*p, "prompt");
+  if (p->size() > static_cast<size_t>(kMaxRequestChoices))
+    throw bad_field("prompt", "'prompt' holds " + std::to_string(p->size()) + " prompts; at most " +
+                                  std::to_string(kMaxRequestChoices));
+  for (size_t i = 0; i < p->size(); ++i) {
+    const json& one = (*p)[i];
+    const std::string name = "prompt[" + std::to_string(i) + "]";
+    if (one.is_string())
+      r.prompts.push_back({one.get<std::string>(), {}});
+    else if (one.is_array())
+      r.prompts.push_back({std::nullopt, token_ids(one, name)});
+    else
+      throw wrong_type(name, "a string or an array of token ids", one);
+  }
 }
 
 std::string message_content(const json& content, const std::string& name) {
@@ -371,6 +376,12 @@ GenerationRequest parse_generation_request(Endpoint endpoint, std::string_view t
     parse_messages(body, r);
   r.max_tokens = parse_max_tokens(body, endpoint);
   r.n = parse_choices(body);
+  if (r.prompts.size() * static_cast<size_t>(r.n) > static_cast<size_t>(kMaxRequestChoices))
+    throw bad_field("n", "'n' is " + std::to_string(r.n) + " for " +
+                             std::to_string(r.prompts.size()) + " prompts: at most " +
+                             std::to_string(kMaxRequestChoices) + " choices per request");
+  if (const json* v = find(body, "echo"); v && endpoint == Endpoint::Completions)
+    r.echo = boolean(*v, "echo");
   if (const json* v = find(body, "best_of");
       v && endpoint == Endpoint::Completions && integer(*v, "best_of") != r.n)
     throw bad_field("best_of", "'best_of' must equal 'n': every choice generated is returned");
