@@ -1,5 +1,6 @@
 // The official `openai` client for Node against photon serve: models, completions and chat
-// completions, each streamed and not, n choices, penalties, a logit bias and alternatives, and
+// completions, each streamed and not, n choices, penalties, a logit bias and alternatives, several
+// prompts with echo, and
 // errors as the client's own classes. Prints one JSON object for test_serve.py to compare with photon generate.
 //
 // usage: node openai_client.mjs BASE_URL API_KEY MODEL PROMPT MESSAGES_JSON
@@ -60,6 +61,15 @@ const alternatives = await client.chat.completions.create({
 });
 out.alternatives = alternatives.choices[0].logprobs.content.map((c) => ({
   token: c.token, logprob: c.logprob, top: c.top_logprobs.map((t) => t.logprob),
+}));
+
+// Two prompts with echo and one alternative each, as an evaluation harness scores continuations.
+const echoed = await client.completions.create({
+  model, prompt: [prompt, `${prompt} God`], max_tokens: 1, temperature: 0, echo: true, logprobs: 1,
+});
+out.echoed = echoed.choices.map((c) => ({
+  index: c.index, text: c.text, tokens: c.logprobs.tokens, logprobs: c.logprobs.token_logprobs,
+  top: c.logprobs.top_logprobs,
 }));
 
 // Errors arrive as the client's error classes with their status.

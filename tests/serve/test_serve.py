@@ -1376,6 +1376,14 @@ def group_openai_node():
                                     "--stop", TRANSCRIPT_STOP)[0], [TRANSCRIPT_STOP]) for i in range(2)]
     check(got["chat_choices"] == [{"index": i, "text": choices[i]} for i in range(2)],
           "chat.completions.create n=2: %s vs %s" % (got["chat_choices"], choices))
+    echoed = got["echoed"]
+    for i, text in enumerate([prompt, prompt + " God"]):
+        one = generate(KJV, "-p", text, "-n", 1)[0]
+        check(len(echoed) == 2 and echoed[i]["index"] == i and echoed[i]["text"] == text + one
+              and echoed[i]["logprobs"][0] is None and echoed[i]["top"][0] is None
+              and len(echoed[i]["tokens"]) == len(echoed[i]["top"]) >= 3
+              and all(v <= max(t.values()) for v, t in zip(echoed[i]["logprobs"][1:], echoed[i]["top"][1:])),
+              "completions.create with echo, two prompts: %s" % echoed[i:i + 1])
     penalized_text, _ = generate(KJV, "-p", prompt, "-n", 16, "--temperature", 0.8, "--seed", 3,
                                  "--presence-penalty", 0.7, "--frequency-penalty", 0.4,
                                  "--logit-bias", "5=2.5")
