@@ -969,6 +969,21 @@ PHOTON_API photon_status photon_engine_options_set_memory_budget(photon_engine_o
  * streams' time between tokens shorter while a long prompt is read, larger reads it sooner. */
 PHOTON_API photon_status photon_engine_options_set_step_tokens(photon_engine_options *options,
                                                                int32_t step_tokens);
+/* The prefix cache: up to `bytes` of saved sessions (host memory, outside the memory budget) of
+ * prompts the engine has read; 0 (the default) for none. When a request that starts afresh from a
+ * prompt has read it, before it generates, its session is saved there (as photon_session_save
+ * would), replacing the least recently used saves beyond `bytes`. A later request that starts
+ * afresh, with the same mode, context length and kv type, and whose prompt begins with a saved
+ * prompt (the longest such), is restored from that save instead of reading those tokens again:
+ * they count as reused (PHOTON_REQUEST_REUSED_TOKENS), and its results stay those of reading its
+ * whole prompt (Results above), whatever its sampler settings. Admission (step 2) stops at a
+ * waiting request whose prompt begins with the whole prompt a running request is still reading,
+ * under the same settings, until that one is read and saved: choices of one prompt submitted
+ * together read it once. A save of a long prompt holds the
+ * KV caches its mode keeps (photon_session_kv_bytes: RecGen keeps the least), and saving costs a
+ * copy of them. Requests that continue a state or a session are neither looked up nor saved. */
+PHOTON_API photon_status photon_engine_options_set_prefix_cache(photon_engine_options *options,
+                                                                uint64_t bytes);
 
 /* Creates an engine over a model (options may be NULL for the defaults). It runs no thread until
  * photon_engine_start. */
@@ -1001,22 +1016,24 @@ PHOTON_API photon_status photon_engine_stop(photon_engine *engine, photon_engine
 PHOTON_API photon_status photon_engine_step(photon_engine *engine, int32_t *n_unfinished);
 
 typedef enum photon_engine_stat {
-  PHOTON_ENGINE_WAITING = 0,           /* requests waiting for admission now */
-  PHOTON_ENGINE_RUNNING = 1,           /* requests running now */
-  PHOTON_ENGINE_PAUSED = 2,            /* requests paused now */
-  PHOTON_ENGINE_SUBMITTED = 3,         /* requests accepted by photon_engine_submit, in all */
-  PHOTON_ENGINE_REFUSED = 4,           /* submissions refused with PHOTON_ERR_BUSY, in all */
-  PHOTON_ENGINE_FINISHED = 5,          /* requests ended (any reason), in all */
-  PHOTON_ENGINE_FAILED = 6,            /* of those, ended by an error */
-  PHOTON_ENGINE_CANCELLED = 7,         /* of those, cancelled */
-  PHOTON_ENGINE_PROMPT_TOKENS = 8,     /* prompt tokens consumed, in all */
-  PHOTON_ENGINE_REUSED_TOKENS = 9,     /* tokens continued from given sessions or states, in all */
-  PHOTON_ENGINE_GENERATED_TOKENS = 10, /* tokens delivered, in all */
-  PHOTON_ENGINE_PAUSES = 11,           /* times a request was paused, in all */
-  PHOTON_ENGINE_STEPS = 12,            /* steps that did work, in all */
-  PHOTON_ENGINE_MEMORY_IN_USE = 13,    /* bytes the requests' sessions hold now (the budget's) */
-  PHOTON_ENGINE_MEMORY_PEAK = 14,      /* the most of those at any time */
-  PHOTON_ENGINE_TOKENS_PER_SECOND = 15 /* tokens delivered per second over the last 10 seconds */
+  PHOTON_ENGINE_WAITING = 0,            /* requests waiting for admission now */
+  PHOTON_ENGINE_RUNNING = 1,            /* requests running now */
+  PHOTON_ENGINE_PAUSED = 2,             /* requests paused now */
+  PHOTON_ENGINE_SUBMITTED = 3,          /* requests accepted by photon_engine_submit, in all */
+  PHOTON_ENGINE_REFUSED = 4,            /* submissions refused with PHOTON_ERR_BUSY, in all */
+  PHOTON_ENGINE_FINISHED = 5,           /* requests ended (any reason), in all */
+  PHOTON_ENGINE_FAILED = 6,             /* of those, ended by an error */
+  PHOTON_ENGINE_CANCELLED = 7,          /* of those, cancelled */
+  PHOTON_ENGINE_PROMPT_TOKENS = 8,      /* prompt tokens consumed, in all */
+  PHOTON_ENGINE_REUSED_TOKENS = 9,      /* tokens continued from given sessions or states, in all */
+  PHOTON_ENGINE_GENERATED_TOKENS = 10,  /* tokens delivered, in all */
+  PHOTON_ENGINE_PAUSES = 11,            /* times a request was paused, in all */
+  PHOTON_ENGINE_STEPS = 12,             /* steps that did work, in all */
+  PHOTON_ENGINE_MEMORY_IN_USE = 13,     /* bytes the requests' sessions hold now (the budget's) */
+  PHOTON_ENGINE_MEMORY_PEAK = 14,       /* the most of those at any time */
+  PHOTON_ENGINE_TOKENS_PER_SECOND = 15, /* tokens delivered per second over the last 10 s */
+  PHOTON_ENGINE_PREFIX_HITS = 16,       /* requests restored from the prefix cache, in all */
+  PHOTON_ENGINE_PREFIX_BYTES = 17       /* bytes the prefix cache holds now */
 } photon_engine_stat;
 
 /* The engine's statistic `stat` (counts are exact below 2^53). Safe from any thread. Fails with

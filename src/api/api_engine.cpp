@@ -138,6 +138,13 @@ photon_status photon_engine_options_set_step_tokens(photon_engine_options* o, in
   });
 }
 
+photon_status photon_engine_options_set_prefix_cache(photon_engine_options* o, uint64_t bytes) {
+  return guard([&] {
+    require(o, "photon_engine_options_set_prefix_cache", "options is NULL");
+    o->options.prefix_cache = bytes;
+  });
+}
+
 // ---- the engine --------------------------------------------------------------------------------
 
 photon_status photon_engine_create(const photon_model* model, const photon_engine_options* options,

@@ -20,6 +20,10 @@ double& counter(double* counters, EngineStat stat) {
   return counters[static_cast<int>(stat)];
 }
 
+PrefixCache::Key prefix_key(const SessionSettings& s) {
+  return {s.mode, s.context, s.kv_type};
+}
+
 }  // namespace
 
 // Marks the engine as stepping for the scope; only one thread steps at a time.
@@ -34,7 +38,7 @@ struct Engine::StepGuard {
 };
 
 Engine::Engine(const Model& model, const EngineOptions& options)
-    : model_(model), options_(options) {
+    : model_(model), options_(options), prefix_cache_(options.prefix_cache) {
   // Admission then never allocates to record a running request (it could not be undone).
   running_.reserve(static_cast<size_t>(std::min(options.max_running, 4096)));
 }
@@ -207,8 +211,13 @@ bool Engine::admit_one(Request& r) {
   const uint64_t before = measure_memory();
   const bool paused = !r.saved.empty();
   const bool lent = spec.session != nullptr;
+  const bool fresh = !lent && spec.state.empty();
   std::unique_ptr<Session> session;
+  size_t cached = 0;  // prompt tokens restored from the prefix cache
   try {
+    const PrefixCache::Entry* hit = nullptr;
+    if (!paused && fresh && prefix_cache_.enabled())
+      hit = prefix_cache_.find(prefix_key(spec.settings), spec.prompt);
     if (paused) {
       session = restore_session(model_, r.saved);
       if (r.resume_whole_context) session->reserve_context();
@@ -216,16 +225,20 @@ bool Engine::admit_one(Request& r) {
       session = std::move(spec.session);
     } else if (!spec.state.empty()) {
       session = restore_session(model_, spec.state);
+    } else if (hit) {
+      session = restore_session(model_, hit->state);
+      session->set_sampler(spec.settings.sampler, kWho);
+      cached = hit->tokens.size();
     } else {
       session = Session::create(model_, spec.settings.mode, spec.settings.context,
                                 spec.settings.sampler, spec.settings.kv_type);
     }
-    if (!paused && (spec.sampler_given || (!lent && spec.state.empty())))
+    if (!paused && (spec.sampler_given || fresh))
       session->context_shift = spec.settings.context_shift;
     if (!paused) {
-      if (spec.sampler_given && (lent || !spec.state.empty()))
-        session->set_sampler(spec.settings.sampler, kWho);
-      session->check_prefill(spec.prompt, "photon_engine_submit: the request's prompt");
+      if (spec.sampler_given && !fresh) session->set_sampler(spec.settings.sampler, kWho);
+      session->check_prefill(std::span<const int32_t>(spec.prompt).subspan(cached),
+                             "photon_engine_submit: the request's prompt");
       if (session->history.empty() && spec.prompt.empty())
         fail(PHOTON_ERR_INVALID_ARGUMENT,
              "photon_engine_submit: the request holds no tokens (give a prompt, a state or a "
@@ -252,8 +265,16 @@ bool Engine::admit_one(Request& r) {
     if (lent) spec.session = std::move(session);
     return false;
   }
-  if (!paused && (lent || !spec.state.empty()))
-    r.count_reused(static_cast<int64_t>(session->history.size()));
+  // Tokens the request continues instead of reading: a given session's or state's, or a cached
+  // prompt's.
+  const int64_t reused = paused  ? 0
+                         : fresh ? static_cast<int64_t>(cached)
+                                 : static_cast<int64_t>(session->history.size());
+  if (reused > 0) r.count_reused(reused);
+  if (!paused) {
+    r.fresh = fresh;
+    r.prompt_done = cached;
+  }
   r.saved.clear();
   r.fixed_bytes = r.bytes - std::min(r.bytes, session->cache_bytes());
   r.session = std::move(session);
@@ -261,9 +282,8 @@ bool Engine::admit_one(Request& r) {
     std::lock_guard<std::mutex> lock(mutex_);
     memory_in_use_ += r.bytes;
     memory_peak_ = std::max(memory_peak_, memory_in_use_);
-    if (!paused && (lent || !spec.state.empty()))
-      counter(counters_, EngineStat::ReusedTokens) +=
-          static_cast<double>(r.session->history.size());
+    counter(counters_, EngineStat::ReusedTokens) += static_cast<double>(reused);
+    if (cached > 0) ++counter(counters_, EngineStat::PrefixHits);
   }
   r.set_state(RequestState::Running);
   return true;
@@ -288,6 +308,8 @@ void Engine::admit() {
       if (options_.memory_budget > 0 && next->bytes > 0 &&
           memory_in_use_ + next->bytes > options_.memory_budget)
         return;
+      // One that would read again what a running request is reading waits for its save.
+      if (!from_paused && awaits_prefix_locked(*next)) return;
     }
     const bool done = admit_one(*next);
     if (!done) return;
@@ -295,6 +317,21 @@ void Engine::admit() {
     (from_paused ? paused_ : waiting_).pop_front();
     if (next->state() == RequestState::Running) running_.push_back(next);
   }
+}
+
+bool Engine::awaits_prefix_locked(Request& r) {
+  RequestSpec& spec = r.spec();
+  if (!prefix_cache_.enabled() || spec.session || !spec.state.empty()) return false;
+  const PrefixCache::Key key = prefix_key(spec.settings);
+  for (const auto& running : running_) {
+    const RequestSpec& other = running->spec();
+    if (!running->fresh || running->prompt_done >= other.prompt.size() ||
+        running->state() != RequestState::Running || !(prefix_key(other.settings) == key) ||
+        other.prompt.size() > spec.prompt.size())
+      continue;
+    if (std::equal(other.prompt.begin(), other.prompt.end(), spec.prompt.begin())) return true;
+  }
+  return false;
 }
 
 std::vector<int64_t> Engine::plan_step() const {
@@ -395,8 +432,27 @@ void Engine::prefill_prompts(const std::vector<int64_t>& plan) {
     group[i]->count_prompt(static_cast<int64_t>(slices[i].size()));
     consumed += static_cast<int64_t>(slices[i].size());
   }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    counter(counters_, EngineStat::PromptTokens) += static_cast<double>(consumed);
+  }
+  if (prefix_cache_.enabled()) save_prompts(group);
+}
+
+void Engine::save_prompts(const std::vector<Request*>& group) {
+  for (Request* r : group) {
+    const std::vector<int32_t>& prompt = r->spec().prompt;
+    if (!r->fresh || r->prompt_done < prompt.size() || r->state() != RequestState::Running)
+      continue;
+    // The cache is an optimisation: a save that fails leaves the request as it was.
+    try {
+      prefix_cache_.insert(prefix_key(r->spec().settings), prompt, save_session(*r->session, kWho));
+    } catch (const Error&) {
+    } catch (const std::bad_alloc&) {
+    }
+  }
   std::lock_guard<std::mutex> lock(mutex_);
-  counter(counters_, EngineStat::PromptTokens) += static_cast<double>(consumed);
+  counter(counters_, EngineStat::PrefixBytes) = static_cast<double>(prefix_cache_.bytes());
 }
 
 void Engine::decode() {

@@ -1,8 +1,9 @@
 // The serving engine (photon_engine): requests submitted from any thread, run with continuous
 // batching by steps on one thread at a time (its own worker, or the application's loop). A step
 // ends cancelled requests, admits paused and waiting ones (FIFO) within the running cap and the
-// memory budget, consumes a budget of prompt tokens, and advances every running request by one
-// decode step; photon.h documents the rules.
+// memory budget (restoring those whose prompt begins with a saved one from the prefix cache),
+// consumes a budget of prompt tokens, and advances every running request by one decode step;
+// photon.h documents the rules.
 #pragma once
 
 #include <condition_variable>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "engine/model.h"
+#include "serving/prefix_cache.h"
 #include "serving/request.h"
 
 namespace photon::serving {
@@ -23,6 +25,7 @@ struct EngineOptions {
   int32_t max_waiting = 1024;
   uint64_t memory_budget = 0;  // 0: none
   int32_t step_tokens = 512;
+  uint64_t prefix_cache = 0;  // bytes of saved prompts; 0: none
 };
 
 // The engine's statistics (photon_engine_stat, in its order).
@@ -43,6 +46,8 @@ enum class EngineStat {
   MemoryInUse,
   MemoryPeak,
   TokensPerSecond,
+  PrefixHits,
+  PrefixBytes,
   Count
 };
 
@@ -74,6 +79,9 @@ class Engine {
   void end_cancelled();
   void admit();
   bool admit_one(Request& r);
+  // Whether a fresh request's prompt begins with the whole prompt that a running request is still
+  // reading (same settings): it then waits for that one's save in the prefix cache.
+  bool awaits_prefix_locked(Request& r);
   // Tokens each running request consumes in the step (its next prompt chunk, within step_tokens
   // in admission order, and a decoded token), by index in running_.
   std::vector<int64_t> plan_step() const;
@@ -91,8 +99,12 @@ class Engine {
   int32_t unfinished_locked() const;
   uint64_t measure_memory() const;
 
+  // Saves the sessions of the group's requests that have just read their prompts afresh.
+  void save_prompts(const std::vector<Request*>& group);
+
   const Model& model_;
   const EngineOptions options_;
+  PrefixCache prefix_cache_;  // stepping thread
 
   mutable std::mutex mutex_;  // guards what follows
   std::condition_variable work_;

@@ -107,7 +107,8 @@ class Request {
   RequestSpec& spec() { return spec_; }
   std::unique_ptr<Session> session;   // while running (and after finishing, until taken)
   std::vector<uint8_t> saved;         // while paused: the session's state
-  size_t prompt_done = 0;             // prompt tokens consumed
+  size_t prompt_done = 0;             // prompt tokens consumed (or restored from the prefix cache)
+  bool fresh = false;                 // its session holds only its prompt (afresh or cached)
   uint64_t seq = 0;                   // submission order (set by submit, before it is shared)
   uint64_t bytes = 0;                 // memory the session holds, counted in the budget
   uint64_t fixed_bytes = 0;           // of which does not grow (all but the growing caches)

@@ -88,9 +88,10 @@ photon_request* submit(photon_engine* engine, const Ask& a, Generated* out) {
 
 photon_engine* make_engine(const photon_model* model, int32_t max_running = 64,
                            int32_t max_waiting = 1024, uint64_t budget = 0,
-                           int32_t step_tokens = 512) {
+                           int32_t step_tokens = 512, uint64_t prefix_cache = 0) {
   photon_engine_options* o = nullptr;
   EXPECT_EQ(photon_engine_options_create(&o), PHOTON_OK);
+  EXPECT_EQ(photon_engine_options_set_prefix_cache(o, prefix_cache), PHOTON_OK);
   EXPECT_EQ(photon_engine_options_set_max_running(o, max_running), PHOTON_OK);
   EXPECT_EQ(photon_engine_options_set_max_waiting(o, max_waiting), PHOTON_OK);
   EXPECT_EQ(photon_engine_options_set_memory_budget(o, budget), PHOTON_OK);
@@ -322,6 +323,141 @@ TEST_P(EngineRequests, AFinishedRequestsStateContinuesLikeOneLongSession) {
   photon_session_free(s);
   photon_request_free(r1);
   photon_request_free(r2);
+  photon_engine_free(engine);
+}
+
+// The prefix cache: a request whose prompt begins with one read before starts from its save, and
+// gives what reading its whole prompt gives, whatever its sampler.
+TEST_P(EngineRequests, PromptsReadBeforeAreRestoredFromThePrefixCache) {
+  std::vector<photon_mode> modes{PHOTON_MODE_AUTO};
+  if (levels_ >= 2) modes = {PHOTON_MODE_HIERGEN, PHOTON_MODE_RECGEN};
+  for (const photon_mode mode : modes) {
+    SCOPED_TRACE("mode " + std::to_string(mode));
+    photon_engine* engine = make_engine(model_, 64, 1024, 0, 512, 64ull << 20);
+    Ask first;
+    first.prompt = prompt(60, 3);
+    first.max_tokens = 6;
+    first.mode = mode;
+    Generated got;
+    photon_request* r = submit(engine, first, &got);
+    run_to_end(engine);
+    EXPECT_EQ(got.tokens, alone(model_, first).tokens);
+    EXPECT_EQ(request_stat(r, PHOTON_REQUEST_REUSED_TOKENS), 0);
+    EXPECT_GT(engine_stat(engine, PHOTON_ENGINE_PREFIX_BYTES), 0);
+    photon_request_free(r);
+
+    // Longer prompts that begin with it, sampled otherwise, together; the same prompt again; one
+    // in another kv type; one that leaves it midway.
+    std::vector<Ask> asks(5, first);
+    for (int i = 0; i < 2; ++i) {
+      for (int t = 0; t < 20 + 5 * i; ++t) asks[i].prompt.push_back(7 + 13 * t + i);
+      asks[i].temperature = 0.9f;
+      asks[i].seed = 77 + static_cast<uint64_t>(i);
+      asks[i].top_logprobs = 2;
+      asks[i].max_tokens = 9;
+    }
+    asks[3].kv_type = PHOTON_DTYPE_BF16;
+    asks[4].prompt.resize(30);
+    asks[4].prompt.push_back(11);
+    const std::vector<double> reused = {60, 60, 60, 0, 0};
+    std::vector<Generated> out(asks.size());
+    std::vector<photon_request*> requests;
+    for (size_t i = 0; i < asks.size(); ++i) requests.push_back(submit(engine, asks[i], &out[i]));
+    run_to_end(engine);
+    for (size_t i = 0; i < asks.size(); ++i) {
+      SCOPED_TRACE("request " + std::to_string(i));
+      const Generated expected = alone(model_, asks[i]);
+      EXPECT_EQ(out[i].tokens, expected.tokens);
+      EXPECT_EQ(out[i].logprobs, expected.logprobs);
+      EXPECT_EQ(out[i].top, expected.top);
+      EXPECT_EQ(request_stat(requests[i], PHOTON_REQUEST_REUSED_TOKENS), reused[i]);
+      EXPECT_EQ(request_stat(requests[i], PHOTON_REQUEST_PROMPT_TOKENS),
+                static_cast<double>(asks[i].prompt.size()) - reused[i]);
+      photon_request_free(requests[i]);
+    }
+    EXPECT_EQ(engine_stat(engine, PHOTON_ENGINE_PREFIX_HITS), 3);
+
+    // The longer prompt was saved too: its own repeat is restored whole and decodes at once.
+    Generated again;
+    Ask repeat = asks[1];
+    repeat.seed = 5;
+    r = submit(engine, repeat, &again);
+    run_to_end(engine);
+    EXPECT_EQ(request_stat(r, PHOTON_REQUEST_REUSED_TOKENS),
+              static_cast<double>(repeat.prompt.size()));
+    EXPECT_EQ(request_stat(r, PHOTON_REQUEST_PROMPT_TOKENS), 0);
+    EXPECT_EQ(again.tokens, alone(model_, repeat).tokens);
+    photon_request_free(r);
+    photon_engine_free(engine);
+  }
+}
+
+TEST_P(EngineRequests, ChoicesOfOnePromptSubmittedTogetherReadItOnce) {
+  photon_engine* engine = make_engine(model_, 64, 1024, 0, 32, 64ull << 20);
+  // Three samplings of one 100-token prompt (read 32 tokens a step), one request that extends it,
+  // and one unrelated request behind them.
+  std::vector<Ask> asks(5);
+  for (size_t i = 0; i < asks.size(); ++i) {
+    asks[i].prompt = prompt(100, 9);
+    asks[i].max_tokens = 7;
+    asks[i].temperature = i == 0 ? 0.0f : 0.9f;
+    asks[i].seed = 300 + i;
+    if (levels_ >= 2) asks[i].mode = PHOTON_MODE_RECGEN;
+  }
+  asks[3].prompt.push_back(42);
+  asks[4].prompt = prompt(20, 10);
+  std::vector<Generated> out(asks.size());
+  std::vector<photon_request*> requests;
+  for (size_t i = 0; i < asks.size(); ++i) requests.push_back(submit(engine, asks[i], &out[i]));
+  run_to_end(engine);
+  const std::vector<double> reused = {0, 100, 100, 100, 0};
+  for (size_t i = 0; i < asks.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    const Generated expected = alone(model_, asks[i]);
+    EXPECT_EQ(out[i].tokens, expected.tokens);
+    EXPECT_EQ(out[i].logprobs, expected.logprobs);
+    EXPECT_EQ(request_stat(requests[i], PHOTON_REQUEST_REUSED_TOKENS), reused[i]);
+    photon_request_free(requests[i]);
+  }
+  EXPECT_EQ(engine_stat(engine, PHOTON_ENGINE_PROMPT_TOKENS), 100 + 1 + 20);
+  photon_engine_free(engine);
+}
+
+TEST_P(EngineRequests, ThePrefixCacheKeepsTheMostRecentlyUsedWithinItsBytes) {
+  const auto read = [&](photon_engine* engine, int seed) {
+    Ask a;
+    a.prompt = prompt(40, seed);
+    a.max_tokens = 2;
+    photon_request* r = submit(engine, a, nullptr);
+    run_to_end(engine);
+    const double reused = request_stat(r, PHOTON_REQUEST_REUSED_TOKENS);
+    photon_request_free(r);
+    return reused;
+  };
+  // The size of one save (prompts of one length save alike).
+  photon_engine* probe = make_engine(model_, 64, 1024, 0, 512, 64ull << 20);
+  read(probe, 1);
+  const auto one = static_cast<uint64_t>(engine_stat(probe, PHOTON_ENGINE_PREFIX_BYTES));
+  ASSERT_GT(one, 0u);
+  photon_engine_free(probe);
+
+  photon_engine* engine = make_engine(model_, 64, 1024, 0, 512, one * 5 / 2);
+  EXPECT_EQ(read(engine, 1), 0);
+  EXPECT_EQ(read(engine, 2), 0);
+  EXPECT_EQ(engine_stat(engine, PHOTON_ENGINE_PREFIX_BYTES), 2 * one);
+  EXPECT_EQ(read(engine, 1), 40);  // prompt 1 is now the most recently used
+  EXPECT_EQ(read(engine, 3), 0);   // and prompt 2 makes room for prompt 3
+  EXPECT_EQ(engine_stat(engine, PHOTON_ENGINE_PREFIX_BYTES), 2 * one);
+  EXPECT_EQ(read(engine, 1), 40);
+  EXPECT_EQ(read(engine, 3), 40);
+  EXPECT_EQ(read(engine, 2), 0);
+  photon_engine_free(engine);
+
+  // A cache smaller than one save keeps none.
+  engine = make_engine(model_, 64, 1024, 0, 512, one - 1);
+  EXPECT_EQ(read(engine, 1), 0);
+  EXPECT_EQ(read(engine, 1), 0);
+  EXPECT_EQ(engine_stat(engine, PHOTON_ENGINE_PREFIX_BYTES), 0);
   photon_engine_free(engine);
 }
 
