@@ -386,7 +386,9 @@ def group_api():
         streamed = completion(s, prompt, 20, stream=True, stream_options={"include_usage": True})
         check(streamed["text"] == ref_text and streamed["tokens"] == ref["tokens"],
               "streamed completion = generate's")
-        check(streamed["usage"] == out["usage"], "streamed usage = the non-streamed one")
+        # The same prompt again comes from the prefix cache whole.
+        check(streamed["usage"] == dict(out["usage"], prompt_tokens_details={
+            "cached_tokens": out["usage"]["prompt_tokens"]}), "streamed usage: %s" % streamed["usage"])
         # Token ids as the prompt.
         ids = ref["tokens"][:5]
         _, ref_ids = generate(KJV, "--tokens", ",".join(map(str, [1] + ids)), "-n", 10)
@@ -491,7 +493,8 @@ def group_api():
               and raw["choices"][0]["message"]["role"] == "assistant", "chat fields")
         streamed = chat(s, messages, 24, stream=True)
         check(streamed["text"] == out["text"] and streamed["tokens"] == out["tokens"]
-              and streamed["usage"] == out["usage"], "streamed chat = non-streamed")
+              and streamed["usage"] == dict(out["usage"], prompt_tokens_details={
+                  "cached_tokens": out["usage"]["prompt_tokens"]}), "streamed chat = non-streamed")
         status, _, lp = s.post("/v1/chat/completions", {"model": KJV, "messages": messages,
                                                         "max_tokens": 4, "temperature": 0,
                                                         "logprobs": True})
@@ -634,7 +637,7 @@ def group_prompts():
     """Several prompts per request, each with its n choices (index p * n + i, seed seed + p * n + i),
     and echo: the prompt before each choice and, with logprobs, the prompt's own logprobs and
     alternatives as photon score gives them, in the form an evaluation harness reads (a greedy
-    check compares a token's logprob with its likeliest alternative's)."""
+    check compares a token's logprob with its likeliest alternative's); the prefix cache."""
     sampling = {"temperature": 0.9, "top_k": 40, "seed": 11, "ignore_eos": True}
     prompts = ["In the beginning God created", [1, 531, 263, 1342]]
     refs = []
@@ -717,6 +720,21 @@ def group_prompts():
             check(lp["top_logprobs"] is None and len(lp["token_logprobs"]) == len(lp["tokens"])
                   and all(v < 0 for v in lp["token_logprobs"][1:]), "the prompt's logprobs: %s" % lp)
 
+        # The prefix cache: a prompt read before is not read again, and the reply is the same.
+        cache_prompt = "And the evening and the morning were the first day"
+        first = completion(s, cache_prompt, 5)
+        again = completion(s, cache_prompt, 5)
+        longer = completion(s, cache_prompt + ". And God said", 5)
+        _, ref = generate(KJV, "-p", cache_prompt + ". And God said", "-n", 5)
+        check(first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+              and again["usage"]["prompt_tokens_details"]["cached_tokens"] == first["usage"]["prompt_tokens"]
+              and again["tokens"] == first["tokens"], "a repeated prompt comes from the cache: %s" % again["usage"])
+        check(longer["usage"]["prompt_tokens_details"]["cached_tokens"] == first["usage"]["prompt_tokens"]
+              and longer["tokens"] == ref["tokens"], "a longer prompt reads only the rest: %s" % longer["usage"])
+        values = s.metrics()
+        check(values.get("photon_engine_prefix_hits_total", 0) >= 2
+              and values.get("photon_engine_prefix_cache_bytes", 0) > 0, "prefix cache metrics")
+
         # Refusals name the field.
         for extra, headers, param in [
                 (dict(prompt=["a", "b"]), {"X-Conversation-Id": "two-prompts"}, "prompt"),
@@ -726,6 +744,11 @@ def group_prompts():
             status, _, out = s.post("/v1/completions", dict(dict(model=KJV, max_tokens=2), **extra), headers)
             expect_error(status, out, 400, param=param, what="%s" % extra)
         check(completion(s, "In the beginning", 2) is not None, "still serving")
+    with start(KJV, "--prefix-cache-mib", 0) as s:
+        for _ in range(2):
+            out = completion(s, "And the evening and the morning were the first day", 2)
+            check(out["usage"]["prompt_tokens_details"]["cached_tokens"] == 0,
+                  "--prefix-cache-mib 0 reads every prompt: %s" % out["usage"])
 
 
 def group_errors():
@@ -1004,7 +1027,8 @@ def group_conversation():
     whole, never an error."""
     store = os.path.join(WORK, "conversation-store")
     shutil.rmtree(store, ignore_errors=True)
-    flags = ["--store", store]
+    # Without the prefix cache, cached_tokens counts only what a conversation's state continued.
+    flags = ["--store", store, "--prefix-cache-mib", 0]
 
     # Completions with text: each turn's prompt is the conversation so far and a new line.
     lines = ["In the beginning", "\nAnd the earth", "\nAnd God said", " unto Moses", "\nAnd it was so"]
@@ -1213,7 +1237,8 @@ def soak(seconds, seed=1):
     # keeps, and AddressSanitizer's allocator keeps what was freed in its own pools. There,
     # LeakSanitizer checks the server's memory when it exits (a leak fails the exit status).
     measure_memory = b"ThreadSanitizer" not in binary and b"AddressSanitizer" not in binary
-    with start(KJV, "--store", store, "--max-running", 8, "--max-waiting", 512, "--quiet") as s:
+    with start(KJV, "--store", store, "--max-running", 8, "--max-waiting", 512, "--quiet",
+               "--prefix-cache-mib", 16) as s:
         pid = s.proc.pid
         counts = {"ok": 0, "expected-4xx": 0, "disconnected": 0, "failed": 0}
         failures = []
@@ -1322,7 +1347,10 @@ def soak(seconds, seed=1):
         check(counts["failed"] == 0, "no request that should succeed failed: %s" % failures[:10])
         check(counts["ok"] > 50 and counts["disconnected"] > 5, "the soak did work: %s" % counts)
         check(fds1 == fds0, "descriptors flat: %d -> %d" % (fds0, fds1))
-        check(not measure_memory or rss1 <= rss0 + max(8 << 20, rss0 // 10),
+        # Flat but for the prefix cache, which fills up to its cap and stays there.
+        cache = values.get("photon_engine_prefix_cache_bytes", 0)
+        check(cache <= 16 << 20, "the prefix cache within --prefix-cache-mib: %d" % cache)
+        check(not measure_memory or rss1 <= rss0 + max(8 << 20, rss0 // 10) + (16 << 20),
               "resident memory flat: %d -> %d" % (rss0, rss1))
         check(values.get("photon_engine_requests_running") == 0 and values.get("photon_engine_requests_waiting") == 0
               and values.get("photon_engine_memory_bytes") == 0, "the engine is empty")

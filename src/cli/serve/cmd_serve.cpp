@@ -52,6 +52,7 @@ int run_serve(const std::vector<std::string>& argv) {
              {"max-waiting"},
              {"memory-budget-mib"},
              {"step-tokens"},
+             {"prefix-cache-mib"},
              {"max-body-kib"},
              {"max-prompt-tokens"},
              {"max-tokens"},
@@ -106,6 +107,11 @@ int run_serve(const std::vector<std::string>& argv) {
   o.max_waiting = parse_count(args, "max-waiting", o.max_waiting, 0);
   if (args.has("memory-budget-mib")) o.memory_budget = parse_size(args, "memory-budget-mib", 20, 0);
   o.step_tokens = parse_count(args, "step-tokens", o.step_tokens, 1);
+  if (const auto mib = args.value("prefix-cache-mib")) {
+    const uint64_t n = parse_uint64(*mib, "--prefix-cache-mib");
+    if (n > (uint64_t{1} << 42)) throw UsageError("--prefix-cache-mib: at most 2^42, got " + *mib);
+    o.prefix_cache = n << 20;
+  }
   o.http.max_body_bytes = parse_size(args, "max-body-kib", 10, o.http.max_body_bytes);
   o.max_prompt_tokens = parse_count(args, "max-prompt-tokens", 0, 1);
   o.max_tokens = parse_count(args, "max-tokens", 0, 1);
@@ -164,6 +170,8 @@ const Command kServeCommand = {
     "  --max-waiting N        requests queued beyond those; more get 429 (default 256)\n"
     "  --memory-budget-mib N  bytes the running requests' caches may hold (default: no limit)\n"
     "  --step-tokens N        prompt tokens read per engine step (default 512)\n"
+    "  --prefix-cache-mib N   host memory for the saved sessions of prompts read, which later\n"
+    "                         prompts that begin with one start from (default 512; 0: none)\n"
     "  --max-body-kib N       largest request body (default 4096; larger: 413)\n"
     "  --max-prompt-tokens N  longest prompt (default: the context)\n"
     "  --max-tokens N         largest max_tokens (default: the context)\n"

@@ -281,7 +281,8 @@ class Server final : public RequestHandler {
           {PHOTON_ENGINE_PROMPT_TOKENS, "photon_engine_prompt_tokens_total", "counter",
            "Prompt tokens read"},
           {PHOTON_ENGINE_REUSED_TOKENS, "photon_engine_reused_tokens_total", "counter",
-           "Tokens continued from saved conversation states instead of being read again"},
+           "Tokens continued from saved conversation states or the prefix cache instead of "
+           "being read again"},
           {PHOTON_ENGINE_GENERATED_TOKENS, "photon_engine_generated_tokens_total", "counter",
            "Tokens generated"},
           {PHOTON_ENGINE_PAUSES, "photon_engine_pauses_total", "counter", "Requests paused"},
@@ -293,6 +294,10 @@ class Server final : public RequestHandler {
            "The most bytes the running requests' sessions held at once"},
           {PHOTON_ENGINE_TOKENS_PER_SECOND, "photon_engine_tokens_per_second", "gauge",
            "Tokens generated per second over the last 10 seconds"},
+          {PHOTON_ENGINE_PREFIX_HITS, "photon_engine_prefix_hits_total", "counter",
+           "Requests restored from the prefix cache"},
+          {PHOTON_ENGINE_PREFIX_BYTES, "photon_engine_prefix_cache_bytes", "gauge",
+           "Bytes of saved prompts the prefix cache holds"},
       };
       for (const auto& s : kStats) {
         double value = 0;
@@ -388,6 +393,8 @@ class Server final : public RequestHandler {
       check(photon_engine_options_set_memory_budget(eo, options_.memory_budget),
             "--memory-budget-mib");
       check(photon_engine_options_set_step_tokens(eo, options_.step_tokens), "--step-tokens");
+      check(photon_engine_options_set_prefix_cache(eo, options_.prefix_cache),
+            "--prefix-cache-mib");
       check(photon_engine_create(out.model, eo, &out.engine), "cannot create the engine");
       check(photon_engine_start(out.engine), "cannot start the engine");
     } catch (...) {

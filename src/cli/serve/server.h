@@ -30,9 +30,10 @@ struct ServeOptions {
   int32_t max_waiting = 256;
   uint64_t memory_budget = 0;
   int32_t step_tokens = 512;
-  int32_t max_prompt_tokens = 0;  // 0: the context
-  int32_t max_tokens = 0;         // 0: the context
-  int32_t context = 0;            // 0: the model's
+  uint64_t prefix_cache = uint64_t{512} << 20;  // bytes of saved prompts; 0: none
+  int32_t max_prompt_tokens = 0;                // 0: the context
+  int32_t max_tokens = 0;                       // 0: the context
+  int32_t context = 0;                          // 0: the model's
   photon_mode mode = PHOTON_MODE_AUTO;
   photon_dtype kv_type = PHOTON_DTYPE_F32;
   std::string device = "cpu";
