@@ -108,29 +108,32 @@ void StateWriter::expect_bytes(uint64_t bytes) {
 
 namespace {
 
-// The filled positions of a cache's keys and values, [layers][len][kv_dim], in its storage type.
+// The filled positions of a cache's keys (or values), [layers][len][kv_dim] in its storage type,
+// downloaded straight into a vector of the builder.
 template <typename T>
-std::pair<std::vector<T>, std::vector<T>> download_cache(Backend& backend, const KvCache& c) {
-  std::vector<T> k(static_cast<size_t>(c.layers) * c.len * c.kv_dim), v(k.size());
+FbVector<T> cache_vector(flatbuffers::FlatBufferBuilder& b, Backend& backend, const KvCache& c,
+                         bool keys) {
   const size_t row = static_cast<size_t>(c.len) * c.kv_dim;
+  T* out = nullptr;
+  const FbVector<T> vector = b.CreateUninitializedVector(row * c.layers, &out);
   for (int layer = 0; row > 0 && layer < c.layers; ++layer) {
-    backend.download(k.data() + layer * row, c.k_layer(layer).slice(0, c.len));
-    backend.download(v.data() + layer * row, c.v_layer(layer).slice(0, c.len));
+    const Tensor& all = keys ? c.k_layer(layer) : c.v_layer(layer);
+    backend.download(out + layer * row, all.slice(0, c.len));
   }
-  return {std::move(k), std::move(v)};
+  return vector;
 }
 
 }  // namespace
 
 FbOffset<fb::Cache> StateWriter::cache(const KvCache& c) {
   if (c.dtype == DType::F32) {
-    const auto [k, v] = download_cache<float>(backend_, c);
-    return fb::CreateCache(b_, c.layers, c.kv_dim, c.capacity, c.len, b_.CreateVector(k),
-                           b_.CreateVector(v));
+    const FbVector<float> k = cache_vector<float>(b_, backend_, c, true);
+    const FbVector<float> v = cache_vector<float>(b_, backend_, c, false);
+    return fb::CreateCache(b_, c.layers, c.kv_dim, c.capacity, c.len, k, v);
   }
-  const auto [k, v] = download_cache<uint16_t>(backend_, c);
-  return fb::CreateCache(b_, c.layers, c.kv_dim, c.capacity, c.len, 0, 0, b_.CreateVector(k),
-                         b_.CreateVector(v));
+  const FbVector<uint16_t> k = cache_vector<uint16_t>(b_, backend_, c, true);
+  const FbVector<uint16_t> v = cache_vector<uint16_t>(b_, backend_, c, false);
+  return fb::CreateCache(b_, c.layers, c.kv_dim, c.capacity, c.len, 0, 0, k, v);
 }
 
 FbOffset<fb::WindowState> StateWriter::window(const Window& w) {
@@ -150,7 +153,9 @@ std::vector<uint8_t> save_session(Session& s, std::string_view who) {
   s.stream.require_nothing_held(who);
   s.discard_ahead();
   const Model& model = s.model;
-  StateWriter w(model.backend(), s.history.size() * sizeof(int32_t) + (uint64_t{1} << 16));
+  const uint64_t estimate = s.history.size() * sizeof(int32_t) + (uint64_t{1} << 16);
+  StateWriter w(model.backend(), estimate,
+                static_cast<size_t>(std::min(estimate + s.cache_bytes(), kMaxStateBytes)));
   s.runner->save(s, w);
   flatbuffers::FlatBufferBuilder& b = w.builder();
   const std::string& pending = s.stream.utf8.pending();
@@ -161,7 +166,9 @@ std::vector<uint8_t> save_session(Session& s, std::string_view who) {
       b.CreateVector(reinterpret_cast<const uint8_t*>(pending.data()), pending.size()),
       b.CreateString(s.stream.recent), static_cast<fb::KvType>(s.kv_type), w.mode_type(), w.mode());
   fb::FinishSizePrefixedSessionStateBuffer(b, state);
-  std::vector<uint8_t> blob(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+  std::vector<uint8_t> blob;
+  blob.reserve(b.GetSize() + kHashBytes);
+  blob.assign(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
   const uint64_t hash = hash_data_section(blob.data(), blob.size());
   for (size_t i = 0; i < kHashBytes; ++i) blob.push_back(static_cast<uint8_t>(hash >> (8 * i)));
   return blob;

@@ -30,7 +30,10 @@ using FbVector = flatbuffers::Offset<flatbuffers::Vector<T>>;
 
 class StateWriter {
  public:
-  StateWriter(Backend& backend, uint64_t estimate) : backend_(backend), estimate_(estimate) {}
+  // `reserve`: the bytes the builder starts with (the state's expected size, so that it need not
+  // grow by copying what it holds).
+  StateWriter(Backend& backend, uint64_t estimate, size_t reserve)
+      : backend_(backend), estimate_(estimate), b_(reserve) {}
 
   flatbuffers::FlatBufferBuilder& builder() { return b_; }
   // Counts the bytes of the caches about to be written; fails before building anything when the
@@ -52,7 +55,7 @@ class StateWriter {
  private:
   Backend& backend_;
   uint64_t estimate_;
-  flatbuffers::FlatBufferBuilder b_{1 << 16};
+  flatbuffers::FlatBufferBuilder b_;
   fb::ModeState mode_type_ = fb::ModeState::NONE;
   flatbuffers::Offset<void> mode_;
 };
