@@ -9,8 +9,9 @@
  *
  * Whitelist: SWIG reads only photon_binding.hpp, a small C++ layer over include/photon.h. Its
  * classes (Model, Session, SessionOptions, TokenListener, BatchListener, the Mode / StopReason
- * enums, all in the namespace photon_binding) and SessionVector (the sessions of a batch) are the
- * whole surface; nothing of photon.h is wrapped directly. The serving engine adds Engine,
+ * enums, all in the namespace photon_binding), TopScores (Model::score_top's result, which each
+ * language turns into its own list) and SessionVector (the sessions of a batch) are the whole
+ * surface; nothing of photon.h is wrapped directly. The serving engine adds Engine,
  * EngineOptions, Request, RequestOptions, the RequestState enum and the RequestStats / EngineStats
  * snapshots (read-only).
  */
@@ -45,10 +46,12 @@ PHOTON_FUNCTION_NAMES
 /* submit() and take_session() create the request and the session the caller then owns. */
 %newobject photon_binding::Engine::submit;
 %newobject photon_binding::Request::take_session;
-/* Requests come from Engine::submit only, statistics from stats(). */
+/* Requests come from Engine::submit only, statistics from stats(), scores with alternatives from
+ * Model::score_top. */
 %nodefaultctor photon_binding::Request;
 %nodefaultctor photon_binding::RequestStats;
 %nodefaultctor photon_binding::EngineStats;
+%nodefaultctor photon_binding::TopScores;
 
 /* A method called on an object that was closed (its native part deleted) raises the language's
  * use-after-close error instead of dereferencing NULL. */

@@ -102,6 +102,18 @@ inline TokenIds tokenize(const photon_model* model, const std::string& text, boo
                         });
 }
 
+// Score options with the sliding windows `stride` tokens apart (photon_score_options_set_stride).
+struct ScoreOptionsFree {
+  void operator()(photon_score_options* options) const { photon_score_options_free(options); }
+};
+inline std::unique_ptr<photon_score_options, ScoreOptionsFree> score_options(int stride) {
+  photon_score_options* raw = nullptr;
+  check(photon_score_options_create(&raw));
+  std::unique_ptr<photon_score_options, ScoreOptionsFree> options(raw);
+  check(photon_score_options_set_stride(options.get(), stride));
+  return options;
+}
+
 // The alternatives of the token last delivered to this thread (photon_last_top_logprobs): the k
 // most likely ids of its position and their log-probabilities, the most likely first; empty for
 // a session without alternatives. Read where the token arrives (inside the C callback, or right
@@ -316,6 +328,32 @@ class SessionOptions {
 
 class Session;
 
+// The result of Model::score_top: the scored tokens, each one's teacher-forced log-probability
+// (logprobs()[i] = log p(tokens()[i] | the tokens before it), NaN at 0), and at each position the
+// k most likely ids with their log-probabilities, the most likely first (the lower id first on
+// ties), row by row: top_tokens()[i * k + j] and top_logprobs()[i * k + j] for j < k. Row 0 holds
+// -1 and NaN (the first token is not predicted). Where tokens()[i] is among its row, its value
+// there equals logprobs()[i] bit for bit, so "was it the greedy choice" is a comparison.
+class TopScores {
+ public:
+  TokenIds tokens() const { return tokens_; }
+  Logprobs logprobs() const { return logprobs_; }
+  int k() const { return k_; }
+  TokenIds top_tokens() const { return top_tokens_; }
+  Logprobs top_logprobs() const { return top_logprobs_; }
+
+#ifndef SWIG
+ private:
+  friend class Model;
+
+  TokenIds tokens_;
+  Logprobs logprobs_;
+  int k_ = 0;
+  TokenIds top_tokens_;
+  Logprobs top_logprobs_;
+#endif
+};
+
 // A loaded model. close() (or the garbage collector) drops this handle; the native model is freed
 // once no session of it remains either. Calls may come from many threads at once (Python releases
 // its interpreter lock during them): each holds the model while it runs, so a close() on another
@@ -425,15 +463,35 @@ class Model {
   // the context), photon_score_options_set_stride.
   Logprobs score_with_stride(const TokenIds& tokens, int stride) const {
     const std::shared_ptr<photon_model> model = shared();
-    photon_score_options* raw_options = nullptr;
-    detail::check(photon_score_options_create(&raw_options));
-    const std::unique_ptr<photon_score_options, void (*)(photon_score_options*)> options(
-        raw_options, photon_score_options_free);
-    detail::check(photon_score_options_set_stride(options.get(), stride));
+    const auto options = detail::score_options(stride);
     Logprobs logprobs(tokens.size());
     detail::check(photon_model_score_with(model.get(), tokens.data(), tokens.size(), options.get(),
                                           logprobs.data()));
     return logprobs;
+  }
+  // As score, also giving each position's k most likely ids and their log-probabilities
+  // (1 <= k <= the vocabulary; see TopScores), photon_model_score_top.
+  TopScores score_top(const TokenIds& tokens, int k) const {
+    return score_top_with_stride(tokens, k, 0);
+  }
+  // As score_top, with the sliding windows `stride` tokens apart (as score_with_stride).
+  TopScores score_top_with_stride(const TokenIds& tokens, int k, int stride) const {
+    const std::shared_ptr<photon_model> model = shared();
+    const auto options = detail::score_options(stride);
+    // A k outside the vocabulary sizes no rows: the library refuses it before it writes any.
+    const bool valid = k >= 1 && k <= photon_model_vocab_size(model.get());
+    const std::size_t cells = tokens.size() * (valid ? static_cast<std::size_t>(k) : 0);
+    TopScores scores;
+    scores.tokens_ = tokens;
+    scores.k_ = k;
+    scores.logprobs_.resize(tokens.size());
+    // At least one cell, so that an empty input fails on its own count, not on a NULL row.
+    scores.top_tokens_.resize(cells > 0 ? cells : 1);
+    scores.top_logprobs_.resize(cells > 0 ? cells : 1);
+    detail::check(photon_model_score_top(model.get(), tokens.data(), tokens.size(), options.get(),
+                                         k, scores.logprobs_.data(), scores.top_tokens_.data(),
+                                         scores.top_logprobs_.data()));
+    return scores;
   }
 
 #ifndef SWIG
@@ -770,7 +828,8 @@ static_assert(static_cast<int>(RequestState::FINISHED) == PHOTON_REQUEST_FINISHE
 // A request's statistics at one moment (photon_request_stat); times not reached yet are NaN.
 struct RequestStats {
   std::int64_t prompt_tokens = 0;     // prompt tokens consumed
-  std::int64_t reused_tokens = 0;     // tokens of the continued state or session
+  std::int64_t reused_tokens = 0;     // tokens of the continued state or session, or of the
+                                      // prompt restored from the prefix cache
   std::int64_t generated_tokens = 0;  // tokens delivered
   std::int64_t pauses = 0;            // times paused for the memory budget
   double queue_seconds = 0;           // from submit to admission
@@ -790,13 +849,15 @@ struct EngineStats {
   std::int64_t failed = 0;            // of those, ended by an error
   std::int64_t cancelled = 0;         // of those, cancelled
   std::int64_t prompt_tokens = 0;     // prompt tokens consumed, in all
-  std::int64_t reused_tokens = 0;     // tokens continued from sessions or states, in all
+  std::int64_t reused_tokens = 0;     // tokens continued or restored from the prefix cache, in all
   std::int64_t generated_tokens = 0;  // tokens delivered, in all
   std::int64_t pauses = 0;            // times a request was paused, in all
   std::int64_t steps = 0;             // steps that did work, in all
   std::uint64_t memory_in_use = 0;    // bytes the requests' sessions hold now
   std::uint64_t memory_peak = 0;      // the most of those at any time
   double tokens_per_second = 0;       // tokens delivered per second over the last 10 seconds
+  std::int64_t prefix_hits = 0;       // requests restored from the prefix cache, in all
+  std::uint64_t prefix_bytes = 0;     // bytes the prefix cache holds now
 };
 
 #ifndef SWIG
@@ -950,8 +1011,9 @@ class Completion : public std::enable_shared_from_this<Completion> {
 
 // Settings of an engine: the most requests that run at once (max_running, default 64) and that
 // wait (max_waiting, default 1024; a submit beyond it fails as busy), the memory budget of the
-// running requests in bytes (0, the default: none) and the most prompt tokens a step consumes
-// (step_tokens, default 512). May be discarded once an engine was created from it.
+// running requests in bytes (0, the default: none), the most prompt tokens a step consumes
+// (step_tokens, default 512) and the bytes of its prefix cache (prefix_cache, default 0: none).
+// May be discarded once an engine was created from it.
 class EngineOptions {
  public:
   EngineOptions() {
@@ -973,6 +1035,14 @@ class EngineOptions {
   }
   EngineOptions& set_step_tokens(int step_tokens) {
     detail::check(photon_engine_options_set_step_tokens(get(), step_tokens));
+    return *this;
+  }
+  // The prefix cache: up to `bytes` of saved sessions of prompts the engine has read (host
+  // memory, outside the memory budget; 0, the default: none). A request whose prompt begins with
+  // a saved one starts from that save, its tokens counted as reused, with the results of reading
+  // its whole prompt (photon_engine_options_set_prefix_cache).
+  EngineOptions& set_prefix_cache(std::uint64_t bytes) {
+    detail::check(photon_engine_options_set_prefix_cache(get(), bytes));
     return *this;
   }
 
@@ -1342,6 +1412,8 @@ class Engine {
     s.memory_in_use = static_cast<std::uint64_t>(stat(PHOTON_ENGINE_MEMORY_IN_USE));
     s.memory_peak = static_cast<std::uint64_t>(stat(PHOTON_ENGINE_MEMORY_PEAK));
     s.tokens_per_second = stat(PHOTON_ENGINE_TOKENS_PER_SECOND);
+    s.prefix_hits = count(PHOTON_ENGINE_PREFIX_HITS);
+    s.prefix_bytes = static_cast<std::uint64_t>(stat(PHOTON_ENGINE_PREFIX_BYTES));
     return s;
   }
 

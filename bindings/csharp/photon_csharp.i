@@ -276,6 +276,19 @@ PHOTON_CSHARP_GETTER(photon_binding::Session, kv_type, KvType)
 PHOTON_CSHARP_GETTER(photon_binding::Session, stop_reason, StopReason)
 PHOTON_CSHARP_GETTER(photon_binding::Session, position, Position)
 
+/* Scoring with alternatives: Model.ScoreTop gives ScoredToken lists made from the native result
+ * (TopScores, disposed at once). */
+%typemap(csclassmodifiers) photon_binding::TopScores "internal class"
+%rename(GetTopScores) photon_binding::Model::score_top;
+%rename(GetTopScoresWithStride) photon_binding::Model::score_top_with_stride;
+%csmethodmodifiers photon_binding::Model::score_top "internal";
+%csmethodmodifiers photon_binding::Model::score_top_with_stride "internal";
+
+%typemap(csimports) photon_binding::Model %{
+using System;
+using System.Collections.Generic;
+using System.Runtime.InteropServices;
+%}
 %typemap(cscode) photon_binding::Model %{
   // "cpu" or "cuda:N": where the model runs.
   public string Device => GetDevice();
@@ -289,6 +302,18 @@ PHOTON_CSHARP_GETTER(photon_binding::Session, position, Position)
   public int Bos => GetBos();
   public int Eos => GetEos();
   public string ConfigJson => GetConfigJson();
+
+  /// <summary>Teacher-forced scoring with alternatives: a ScoredToken per token, with the
+  /// log-probability Score gives it and its position's k most likely ids and their
+  /// log-probabilities (1 &lt;= k &lt;= the vocabulary; the first token has none). Longer than the
+  /// context: in sliding windows half a context apart.</summary>
+  public IReadOnlyList<ScoredToken> ScoreTop(int[] tokens, int k) =>
+      ScoredToken.Of(GetTopScores(tokens, k));
+
+  /// <summary>As ScoreTop, with the sliding windows stride tokens apart (1 &lt;= stride &lt; the
+  /// context; 0: half the context).</summary>
+  public IReadOnlyList<ScoredToken> ScoreTopWithStride(int[] tokens, int k, int stride) =>
+      ScoredToken.Of(GetTopScoresWithStride(tokens, k, stride));
 %}
 
 /* The callback and pull primitives are reached through Session's C# API: Generate with a

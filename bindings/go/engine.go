@@ -27,6 +27,11 @@ type EngineOptions struct {
 	MaxWaiting   int    // the most that wait for admission (Submit beyond: ErrBusy); 0: 1024
 	MemoryBudget uint64 // the most bytes the running requests' sessions hold; 0: no limit
 	StepTokens   int    // the most prompt tokens a step consumes; 0: 512
+	// PrefixCache is the most bytes of saved prompt sessions (host memory, outside MemoryBudget);
+	// 0: none. A request whose prompt begins with a prompt read before starts from its save, those
+	// tokens counted in RequestStats.ReusedTokens, and generates what reading its whole prompt
+	// would.
+	PrefixCache uint64
 }
 
 // Engine serves generation requests over one model with continuous batching: requests submitted
@@ -80,6 +85,7 @@ func (m *Model) NewEngine(options *EngineOptions) (*Engine, error) {
 					settings.SetStepTokens(o.StepTokens)
 				}
 			},
+			func() { settings.SetPrefixCache(o.PrefixCache) },
 			func() { created = native.NewEngine(m.native, settings) },
 		}
 		for _, step := range steps {
@@ -257,6 +263,8 @@ type EngineStats struct {
 	GeneratedTokens, Pauses, Steps int64   // tokens delivered, pauses, steps that did work
 	MemoryInUse, MemoryPeak        uint64  // bytes the requests' sessions hold now, at most
 	TokensPerSecond                float64 // tokens delivered per second over the last 10 s
+	PrefixHits                     int64   // requests restored from the prefix cache, in all
+	PrefixBytes                    uint64  // bytes the prefix cache holds now
 }
 
 // Stats returns the engine's statistics now.
@@ -276,6 +284,7 @@ func (e *Engine) Stats() (EngineStats, error) {
 			ReusedTokens: stats.GetReusedTokens(), GeneratedTokens: stats.GetGeneratedTokens(),
 			Pauses: stats.GetPauses(), Steps: stats.GetSteps(), MemoryInUse: stats.GetMemoryInUse(),
 			MemoryPeak: stats.GetMemoryPeak(), TokensPerSecond: stats.GetTokensPerSecond(),
+			PrefixHits: stats.GetPrefixHits(), PrefixBytes: stats.GetPrefixBytes(),
 		}
 	})
 	return s, err
@@ -443,6 +452,8 @@ func (it *RequestTokens) Token() Token { return it.token }
 func (it *RequestTokens) Err() error { return it.err }
 
 // RequestStats are a request's statistics at one moment; times not reached yet are NaN.
+// ReusedTokens are those of a continued state or session, or of a prompt restored from the prefix
+// cache (EngineOptions.PrefixCache).
 type RequestStats struct {
 	PromptTokens, ReusedTokens, GeneratedTokens int64   // prompt consumed, continued, delivered
 	Pauses                                      int64   // times paused for the memory budget

@@ -99,11 +99,23 @@ type Token struct {
 	TopLogprobs []TopLogprob
 }
 
-// TopLogprob is one alternative of a generated token: a token id and its log-probability at the
-// token's position under the model's unmodified distribution.
+// TopLogprob is one alternative of a generated or scored token: a token id and its
+// log-probability at the token's position under the model's unmodified distribution.
 type TopLogprob struct {
 	ID      int32
 	Logprob float32
+}
+
+// ScoredToken is a token scored with its alternatives (Model.ScoreTop): its id, its teacher-forced
+// log p(token | the tokens before it) as Score gives it (NaN for the first token, which is not
+// predicted), and the k most likely ids of its position with their log-probabilities, the most
+// likely first, the lower id first on ties (nil for the first token). Where the token is among
+// them, its value there equals Logprob exactly, so TopLogprobs[0].ID == ID tells whether it was
+// the greedy choice.
+type ScoredToken struct {
+	ID          int32
+	Logprob     float32
+	TopLogprobs []TopLogprob
 }
 
 // topLogprobs pairs a token's alternatives from the native getters of their ids and
@@ -308,6 +320,60 @@ func (m *Model) ScoreWithStride(ids []int32, stride int) ([]float32, error) {
 		return nil, err
 	}
 	return logprobs, nil
+}
+
+// ScoreTop is Score with alternatives: a ScoredToken per id, with the log-probability Score gives
+// it and its position's k most likely ids and their log-probabilities (1 <= k <= the vocabulary;
+// the first token has none). A sequence longer than the context is scored in sliding windows half
+// a context apart.
+func (m *Model) ScoreTop(ids []int32, k int) ([]ScoredToken, error) {
+	return m.scoreTop(k, func() native.TopScores { return m.native.ScoreTop(ids, k) })
+}
+
+// ScoreTopWithStride is ScoreTop with the sliding windows of a sequence longer than the context
+// stride tokens apart (1 <= stride < the context; 0: half the context).
+func (m *Model) ScoreTopWithStride(ids []int32, k, stride int) ([]ScoredToken, error) {
+	if err := int32Arg("stride", stride); err != nil {
+		return nil, err
+	}
+	return m.scoreTop(k, func() native.TopScores {
+		return m.native.ScoreTopWithStride(ids, k, stride)
+	})
+}
+
+// scoreTop runs score, which returns the native result (made also when the call failed), and
+// gives its rows of k alternatives as ScoredTokens.
+func (m *Model) scoreTop(k int, score func() native.TopScores) ([]ScoredToken, error) {
+	if m.native == nil {
+		return nil, ErrClosed
+	}
+	if err := int32Arg("k", k); err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(m)
+	var scores native.TopScores
+	err := call(func() { scores = score() })
+	if scores != nil {
+		defer native.DeleteTopScores(scores)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ids, logprobs := scores.Tokens(), scores.Logprobs()
+	topIDs, topLogprobs := scores.TopTokens(), scores.TopLogprobs()
+	scored := make([]ScoredToken, len(ids))
+	for i, id := range ids {
+		scored[i] = ScoredToken{ID: id, Logprob: logprobs[i]}
+		if i == 0 {
+			continue // the first token is not predicted: no alternatives
+		}
+		row := make([]TopLogprob, k)
+		for j := range row {
+			row[j] = TopLogprob{ID: topIDs[i*k+j], Logprob: topLogprobs[i*k+j]}
+		}
+		scored[i].TopLogprobs = row
+	}
+	return scored, nil
 }
 
 // TokenizerModel is the model's embedded tokenizer: a sentencepiece .model file's bytes.

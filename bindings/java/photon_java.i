@@ -246,6 +246,36 @@ PHOTON_JAVA_ARRAY(photon_binding::Logprobs, jfloatArray, float[], jfloat, NewFlo
 %ignore photon_binding::Session::close;
 %ignore photon_binding::Session::is_closed;
 
+/* Scoring with alternatives: Model.scoreTop gives ScoredToken lists made from the native result
+ * (TopScores, freed at once). */
+%typemap(javaclassmodifiers) photon_binding::TopScores "final class"
+%rename(topScores) photon_binding::Model::score_top;
+%rename(topScoresWithStride) photon_binding::Model::score_top_with_stride;
+%javamethodmodifiers photon_binding::Model::score_top "";
+%javamethodmodifiers photon_binding::Model::score_top_with_stride "";
+%typemap(javaimports) photon_binding::Model %{
+import java.util.List;
+%}
+%typemap(javacode) photon_binding::Model %{
+  /**
+   * Teacher-forced scoring with alternatives: a ScoredToken per token, with the log-probability
+   * score() gives it and its position's k most likely ids and their log-probabilities
+   * (1 <= k <= the vocabulary; the first token has none). Longer than the context: in sliding
+   * windows half a context apart.
+   */
+  public List<ScoredToken> scoreTop(int[] tokens, int k) {
+    return ScoredToken.listOf(topScores(tokens, k));
+  }
+
+  /**
+   * As scoreTop, with the sliding windows stride tokens apart (1 <= stride < the context; 0: half
+   * the context).
+   */
+  public List<ScoredToken> scoreTopWithStride(int[] tokens, int k, int stride) {
+    return ScoredToken.listOf(topScoresWithStride(tokens, k, stride));
+  }
+%}
+
 /* The callback and pull primitives are reached through Session's Java API (generate with a
  * TokenCallback, tokens(), stream()). */
 %typemap(javaclassmodifiers) photon_binding::TokenListener "abstract class"

@@ -7,6 +7,10 @@
 %rename(_BatchListener) photon_binding::BatchListener;
 %rename(_FinishListener) photon_binding::FinishListener;
 %rename(_SessionVector) std::vector<photon_binding::Session *>;
+/* Model.score_top gives ScoredToken lists made from the native result. */
+%rename(_TopScores) photon_binding::TopScores;
+%rename(_score_top) photon_binding::Model::score_top;
+%rename(_score_top_with_stride) photon_binding::Model::score_top_with_stride;
 %rename(_next_token) photon_binding::Session::next_token;
 %rename(_last_piece) photon_binding::Session::last_piece;
 %rename(_last_logprob) photon_binding::Session::last_logprob;
@@ -147,6 +151,27 @@ class Token(_TokenFields):
         return token
 
 
+class ScoredToken(_NamedTuple):
+    """A token scored with its alternatives (Model.score_top): its id, log p(token | the tokens
+    before it) as Model.score gives it (NaN for the first token, which is not predicted), and
+    top_logprobs: the alternatives of its position as Token.top_logprobs holds them, ((id,
+    logprob), ...) for the k most likely ids, the most likely first (the lower id first on ties);
+    () for the first token. Where the token is among them, its value there equals logprob
+    exactly, so `top_logprobs[0][0] == id` tells whether it was the greedy choice."""
+    id: int
+    logprob: float
+    top_logprobs: tuple
+
+
+def _scored_tokens(scores):
+    """Model.score_top's list of ScoredToken from the native result, whose alternatives are rows
+    of k cells: position i's are cells [i * k, (i + 1) * k)."""
+    k = scores.k()
+    pairs = list(zip(scores.top_tokens(), scores.top_logprobs()))
+    return [ScoredToken(token, logprob, tuple(pairs[i * k:(i + 1) * k]) if i > 0 else ())
+            for i, (token, logprob) in enumerate(zip(scores.tokens(), scores.logprobs()))]
+
+
 def _top_logprobs(tokens, logprobs):
     """A token's alternatives as Token.top_logprobs holds them, from the native getters of its
     ids and log-probabilities (the second is not called when there are none)."""
@@ -195,6 +220,18 @@ def _require_callable(on_token):
     def config(self):
         """The configuration as a dict."""
         return _json.loads(self._config_json())
+
+    def score_top(self, tokens, k):
+        """Teacher-forced scoring with alternatives: a ScoredToken per token (a sequence of int
+        ids), with the log-probability score() gives it and its position's k most likely ids and
+        their log-probabilities (1 <= k <= vocab_size; the first token has none). Longer than the
+        context: in sliding windows half a context apart."""
+        return _scored_tokens(self._score_top(tokens, k))
+
+    def score_top_with_stride(self, tokens, k, stride):
+        """As score_top, with the sliding windows stride tokens apart (1 <= stride < the context;
+        0: half the context)."""
+        return _scored_tokens(self._score_top_with_stride(tokens, k, stride))
 %}
 }
 

@@ -50,17 +50,21 @@ PHOTON_PYTHON_RELEASES_LOCK(photon_binding::Request::take_session)
 %ignore photon_binding::Engine::Engine(const Model &);
 %feature("shadow") photon_binding::Engine::Engine(const Model &, const EngineOptions &) %{
     def __init__(self, model, *, max_running=None, max_waiting=None, memory_budget=None,
-                 step_tokens=None):
+                 step_tokens=None, prefix_cache=None):
         """A serving engine over model. max_running: the most requests that run at once (64);
         max_waiting: the most that wait for admission (1024; submit() beyond raises BusyError);
         memory_budget: the most bytes the running requests' sessions hold (0: no limit);
-        step_tokens: the most prompt tokens a step consumes (512). None keeps the default."""
+        step_tokens: the most prompt tokens a step consumes (512); prefix_cache: the most bytes
+        of saved prompt sessions (0: none), from which a request whose prompt begins with a
+        prompt read before starts, those tokens counted in RequestStats.reused_tokens and its
+        results unchanged. None keeps the default."""
         _require(model, Model, "model")
         options = _EngineOptions()
         for value, setter in ((max_running, options.set_max_running),
                               (max_waiting, options.set_max_waiting),
                               (memory_budget, options.set_memory_budget),
-                              (step_tokens, options.set_step_tokens)):
+                              (step_tokens, options.set_step_tokens),
+                              (prefix_cache, options.set_prefix_cache)):
             if value is not None:
                 setter(value)
         _native.Engine_swiginit(self, _native.new_Engine(model, options))
@@ -88,7 +92,8 @@ class RequestState(_enum.IntEnum):
 
 
 class RequestStats(_NamedTuple):
-    """A request's statistics at one moment; times not reached yet are NaN."""
+    """A request's statistics at one moment; times not reached yet are NaN. reused_tokens: those
+    of a continued state or session, or of a prompt restored from the prefix cache."""
     prompt_tokens: int
     reused_tokens: int
     generated_tokens: int
@@ -100,7 +105,9 @@ class RequestStats(_NamedTuple):
 
 
 class EngineStats(_NamedTuple):
-    """An engine's statistics at one moment: requests now, counts in all, memory, rate."""
+    """An engine's statistics at one moment: requests now, counts in all, memory, rate, and the
+    prefix cache: requests restored from it in all (prefix_hits), bytes it holds now
+    (prefix_bytes)."""
     waiting: int
     running: int
     paused: int
@@ -117,6 +124,8 @@ class EngineStats(_NamedTuple):
     memory_in_use: int
     memory_peak: int
     tokens_per_second: float
+    prefix_hits: int
+    prefix_bytes: int
 
 
 def _snapshot(kind, native):

@@ -240,6 +240,50 @@ static class BindingTest {
     }
   }
 
+  // ScoreTop gives each token Score's log-probability and its position's k alternatives, the most
+  // likely first; the token's own value among them is its log-probability exactly; the first
+  // token has none; k outside [1, the vocabulary] is an error.
+  static void TestScoreTop(Model model) {
+    int[] ids;
+    using (var greedy = new SessionOptions().SetIgnoreEos(true))
+    using (var session = new Session(model, greedy)) {
+      session.Prefill(Prompt);
+      session.Generate(6);  // greedy: the drawn tokens are among their alternatives
+      ids = session.History();
+    }
+    float[] plain = model.Score(ids);
+    IReadOnlyList<ScoredToken> scored = model.ScoreTop(ids, TopK);
+    Check(scored.Count == ids.Length, $"a ScoredToken per token: {scored.Count}");
+    Check(scored[0].Id == ids[0] && float.IsNaN(scored[0].Logprob) &&
+              scored[0].TopLogprobs.Count == 0,
+          $"the first token has none: {scored[0]}");
+    int among = 0;
+    for (int i = 1; i < ids.Length; ++i) {
+      ScoredToken token = scored[i];
+      IReadOnlyList<TopLogprob> top = token.TopLogprobs;
+      Check(token.Id == ids[i] && token.Logprob == plain[i],
+            $"Score's log-probability: {token} vs {plain[i]}");
+      Check(top.Count == TopK && top.Select(a => a.Id).Distinct().Count() == TopK,
+            $"{TopK} alternatives of distinct ids: {token}");
+      for (int j = 1; j < top.Count; ++j) {
+        Check(top[j - 1].Logprob > top[j].Logprob ||
+                  (top[j - 1].Logprob == top[j].Logprob && top[j - 1].Id < top[j].Id),
+              $"the most likely first: {token}");
+      }
+      foreach (TopLogprob alternative in top.Where(a => a.Id == token.Id)) {
+        Check(alternative.Logprob == token.Logprob, $"the token's value among them: {token}");
+        ++among;
+      }
+    }
+    Check(among > 0, "the greedy tokens are among their alternatives");
+    foreach (int k in new[] {0, model.VocabSize + 1}) {
+      ExpectError(() => model.ScoreTop(ids, k), $"ScoreTop with k = {k}",
+                  "PHOTON_ERR_INVALID_ARGUMENT");
+    }
+    ExpectError(() => model.ScoreTop(new int[0], TopK), "nothing to score with alternatives",
+                "PHOTON_ERR_INVALID_ARGUMENT");
+  }
+
   // Past the context, on the shipped model (a context of 256 tokens, its tokenizer beside it):
   // scoring in sliding windows (a later window scores as its own tokens do), the context shift;
   // and the embedded tokenizer, loaded with verification.
@@ -263,6 +307,11 @@ static class BindingTest {
             "window 0 is the first context");
       ExpectError(() => model.ScoreWithStride(ids, context), "a stride of the whole context",
                   "PHOTON_ERR_INVALID_ARGUMENT");
+      IReadOnlyList<ScoredToken> windowed = model.ScoreTopWithStride(ids, 2, stride);
+      for (int i = 1; i < ids.Length; ++i) {
+        Check(windowed[i].Logprob == scored[i] && windowed[i].TopLogprobs.Count == 2,
+              $"ScoreTopWithStride scores token {i} as ScoreWithStride: {windowed[i]}");
+      }
 
       using (var options =
                  Sampling().SetIgnoreEos(true).SetContextLength(16).SetContextShift(true))
@@ -803,6 +852,60 @@ static class BindingTest {
     }
   }
 
+  // With a prefix cache, a request whose prompt begins with a prompt read before starts from its
+  // save: those tokens count as reused, the engine counts the hit and the cache's bytes, and both
+  // requests generate what an engine without the cache generates.
+  static void TestEnginePrefixCache(Model model) {
+    int[] first = model.Tokenize(Prompt + " " + BatchPrompts[1]);
+    int[] second = first.Concat(model.Tokenize(BatchPrompts[2], false)).ToArray();
+    var expected = new List<string>();
+    using (var uncached = new Engine(model)) {
+      foreach (int[] prompt in new[] {first, second}) {
+        using (var request = RunToEnd(uncached, prompt)) {
+          expected.Add(Describe(request.Tokens()));
+        }
+      }
+      EngineStats stats = uncached.Stats();
+      Check(stats.PrefixHits == 0 && stats.PrefixBytes == 0, "no cache");
+    }
+    using (var options = new EngineOptions().SetPrefixCache(64UL << 20))
+    using (var engine = new Engine(model, options)) {
+      var got = new List<string>();
+      using (var request = RunToEnd(engine, first)) {
+        got.Add(Describe(request.Tokens()));
+        EngineStats stats = engine.Stats();
+        Check(request.Stats().ReusedTokens == 0 && stats.PrefixHits == 0 && stats.PrefixBytes > 0,
+              "the first prompt is read and saved");
+      }
+      using (var request = RunToEnd(engine, second)) {
+        got.Add(Describe(request.Tokens()));
+        RequestStats stats = request.Stats();
+        Check(stats.ReusedTokens == first.Length &&
+                  stats.PromptTokens == second.Length - first.Length,
+              $"the second starts from the first's save: reused {stats.ReusedTokens} of " +
+                  first.Length);
+      }
+      EngineStats engineStats = engine.Stats();
+      Check(engineStats.PrefixHits == 1 && engineStats.PrefixBytes > 0 &&
+                engineStats.ReusedTokens == first.Length,
+            "the hit is counted");
+      Check(got.SequenceEqual(expected),
+            $"the cache changes no result: {string.Join(" / ", got)} vs " +
+                string.Join(" / ", expected));
+    }
+  }
+
+  // A greedy request for prompt, stepped until the engine has finished it.
+  static Request RunToEnd(Engine engine, int[] prompt) {
+    using (var greedy = Greedy())
+    using (var ask = new RequestOptions().SetPrompt(prompt).SetOptions(greedy)
+                         .SetMaxTokens(EngineTokens)) {
+      Request request = engine.Submit(ask);
+      StepToEnd(engine);
+      return request;
+    }
+  }
+
   // Cancel from another thread ends a streaming request (pulled or pushed) at the next step; the
   // other requests go on.
   static void TestEngineCancel(Model model) {
@@ -1197,6 +1300,8 @@ static class BindingTest {
           Console.WriteLine("ok TestBatch");
           TestScore(model);
           Console.WriteLine("ok TestScore");
+          TestScoreTop(model);
+          Console.WriteLine("ok TestScoreTop");
           TestKvType(model);
           Console.WriteLine("ok TestKvType");
           TestSamplerSettings(model);
@@ -1228,6 +1333,8 @@ static class BindingTest {
           Console.WriteLine("ok TestEngineTopLogprobs");
           TestEngineStepped(model);
           Console.WriteLine("ok TestEngineStepped");
+          TestEnginePrefixCache(model);
+          Console.WriteLine("ok TestEnginePrefixCache");
           TestEngineCancel(model);
           Console.WriteLine("ok TestEngineCancel");
           TestEngineCallbacks(model);

@@ -193,6 +193,56 @@ func testEngineStepped(model *photon.Model) {
 	expectError(engine.Stop(true), "stop without a worker", "PHOTON_ERR_INVALID_ARGUMENT")
 }
 
+// With a prefix cache, a request whose prompt begins with a prompt read before starts from its
+// save: those tokens count as reused, the engine counts the hit and the cache's bytes, and both
+// requests generate what an engine without the cache generates.
+func testEnginePrefixCache(model *photon.Model) {
+	first := must(model.Tokenize(prompt+" "+batchPrompts[1], true))
+	more := must(model.Tokenize(batchPrompts[2], false))
+	second := append(append([]int32(nil), first...), more...)
+	run := func(engine *photon.Engine, ids []int32) (*photon.Request, []photon.Token) {
+		request := must(engine.Submit(photon.RequestOptions{
+			Prompt: ids, Options: &greedy, MaxTokens: engineTokens}))
+		stepToEnd(engine)
+		var got []photon.Token
+		tokens := request.Tokens()
+		for tokens.Next() {
+			got = append(got, tokens.Token())
+		}
+		check(tokens.Err() == nil, "tokens: %v", tokens.Err())
+		return request, got
+	}
+	uncached := must(model.NewEngine(nil))
+	var expected [][]photon.Token
+	for _, ids := range [][]int32{first, second} {
+		request, got := run(uncached, ids)
+		request.Close()
+		expected = append(expected, got)
+	}
+	stats := must(uncached.Stats())
+	check(stats.PrefixHits == 0 && stats.PrefixBytes == 0, "no cache: %+v", stats)
+	uncached.Close()
+
+	engine := must(model.NewEngine(&photon.EngineOptions{PrefixCache: 64 << 20}))
+	defer engine.Close()
+	request, gotFirst := run(engine, first)
+	defer request.Close()
+	stats = must(engine.Stats())
+	check(must(request.Stats()).ReusedTokens == 0 && stats.PrefixHits == 0 && stats.PrefixBytes > 0,
+		"the first prompt is read and saved: %+v", stats)
+	request, gotSecond := run(engine, second)
+	defer request.Close()
+	requestStats := must(request.Stats())
+	check(requestStats.ReusedTokens == int64(len(first)) &&
+		requestStats.PromptTokens == int64(len(second)-len(first)),
+		"the second starts from the first's save: %+v (%d tokens)", requestStats, len(first))
+	stats = must(engine.Stats())
+	check(stats.PrefixHits == 1 && stats.PrefixBytes > 0 && stats.ReusedTokens == int64(len(first)),
+		"the hit is counted: %+v", stats)
+	check(reflect.DeepEqual([][]photon.Token{gotFirst, gotSecond}, expected),
+		"the cache changes no result: %v vs %v", [][]photon.Token{gotFirst, gotSecond}, expected)
+}
+
 // Cancel from another goroutine ends a streaming request (pulled or pushed) at the next step; the
 // other requests go on.
 func testEngineCancel(model *photon.Model) {

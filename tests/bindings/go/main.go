@@ -351,6 +351,55 @@ func testScore(model *photon.Model) {
 	expectError(err, "nothing to score", "PHOTON_ERR_INVALID_ARGUMENT")
 }
 
+// testScoreTop: ScoreTop gives each token Score's log-probability and its position's k
+// alternatives, the most likely first; the token's own value among them is its log-probability
+// exactly; the first token has none; k outside [1, the vocabulary] is an error.
+func testScoreTop(model *photon.Model) {
+	session := must(model.NewSession(&photon.SessionOptions{IgnoreEOS: true})) // greedy
+	check(session.PrefillText(prompt) == nil, "prefill")
+	_, err := session.Generate(6, nil)
+	check(err == nil, "generate: %v", err)
+	ids := must(session.History())
+	session.Close()
+	plain := must(model.Score(ids))
+	scored := must(model.ScoreTop(ids, topK))
+	check(len(scored) == len(ids), "a ScoredToken per token: %d of %d", len(scored), len(ids))
+	check(scored[0].ID == ids[0] && math.IsNaN(float64(scored[0].Logprob)) &&
+		scored[0].TopLogprobs == nil, "the first token has no alternatives: %+v", scored[0])
+	among := 0
+	for i, s := range scored[1:] {
+		top := s.TopLogprobs
+		check(s.ID == ids[i+1] && s.Logprob == plain[i+1], "Score's log-probability: %+v vs %v",
+			s, plain[i+1])
+		check(len(top) == topK, "%d alternatives: %+v", topK, s)
+		seen := map[int32]bool{}
+		for j, alternative := range top {
+			seen[alternative.ID] = true
+			if j > 0 {
+				previous := top[j-1]
+				check(previous.Logprob > alternative.Logprob ||
+					(previous.Logprob == alternative.Logprob && previous.ID < alternative.ID),
+					"the most likely first: %+v", s)
+			}
+			if alternative.ID == s.ID {
+				check(alternative.Logprob == s.Logprob, "the token's value among them: %+v", s)
+				among++
+			}
+		}
+		check(len(seen) == topK, "distinct ids: %+v", s)
+	}
+	check(among > 0, "the greedy tokens are among their alternatives: %+v", scored)
+	for _, k := range []int{0, model.VocabSize() + 1} {
+		_, err := model.ScoreTop(ids, k)
+		expectError(err, fmt.Sprintf("ScoreTop with k = %d", k), "PHOTON_ERR_INVALID_ARGUMENT")
+	}
+	_, err = model.ScoreTop(ids, 1<<32+topK)
+	wide := expectError(err, "k over 32 bits", "PHOTON_ERR_INVALID_ARGUMENT")
+	check(strings.Contains(wide.Message, "4294967299"), "k = 1<<32+3 is not 3: %v", err)
+	_, err = model.ScoreTop(nil, topK)
+	expectError(err, "nothing to score with alternatives", "PHOTON_ERR_INVALID_ARGUMENT")
+}
+
 // testLongInputs: past the context, on the shipped model (a context of 256 tokens, its tokenizer
 // beside it): scoring in sliding windows (a later window scores as its own tokens do) and the
 // context shift; the embedded tokenizer, loaded with verification.
@@ -378,6 +427,12 @@ func testLongInputs(shippedPath string) {
 		"window 0 is the first context")
 	_, err := model.ScoreWithStride(ids, context)
 	expectError(err, "a stride of the whole context", "PHOTON_ERR_INVALID_ARGUMENT")
+	windowed := must(model.ScoreTopWithStride(ids, 2, stride))
+	for i := 1; i < len(ids); i++ {
+		check(windowed[i].Logprob == scored[i] && len(windowed[i].TopLogprobs) == 2,
+			"ScoreTopWithStride scores token %d as ScoreWithStride: %+v vs %v", i, windowed[i],
+			scored[i])
+	}
 
 	options := sampling
 	options.IgnoreEOS, options.ContextLength, options.ContextShift = true, 16, true
@@ -847,6 +902,7 @@ func main() {
 			{"testBatch", func() { testBatch(model) }},
 			{"testRanges", func() { testRanges(model) }},
 			{"testScore", func() { testScore(model) }},
+			{"testScoreTop", func() { testScoreTop(model) }},
 			{"testKVType", func() { testKVType(model) }},
 			{"testSamplerSettings", func() { testSamplerSettings(model) }},
 			{"testTopLogprobs", func() { testTopLogprobs(model) }},
@@ -872,6 +928,7 @@ func main() {
 			{"testEngineStreams", func() { testEngineStreams(model) }},
 			{"testEngineTopLogprobs", func() { testEngineTopLogprobs(model) }},
 			{"testEngineStepped", func() { testEngineStepped(model) }},
+			{"testEnginePrefixCache", func() { testEnginePrefixCache(model) }},
 			{"testEngineCancel", func() { testEngineCancel(model) }},
 			{"testEngineCallbacks", func() { testEngineCallbacks(model) }},
 			{"testEngineDone", func() { testEngineDone(model) }},

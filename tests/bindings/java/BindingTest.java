@@ -15,6 +15,7 @@ import com.photon.Request;
 import com.photon.RequestOptions;
 import com.photon.RequestState;
 import com.photon.RequestStats;
+import com.photon.ScoredToken;
 import com.photon.Session;
 import com.photon.SessionOptions;
 import com.photon.StopReason;
@@ -282,6 +283,51 @@ public final class BindingTest {
     }
   }
 
+  // scoreTop gives each token score()'s log-probability and its position's k alternatives, the
+  // most likely first; the token's own value among them is its log-probability exactly; the first
+  // token has none; k outside [1, the vocabulary] is an error.
+  static void testScoreTop(Model model) {
+    int[] ids;
+    try (SessionOptions greedy = new SessionOptions().setIgnoreEos(true);
+        Session session = new Session(model, greedy)) {
+      session.prefill(PROMPT);
+      session.generate(6);  // greedy: the drawn tokens are among their alternatives
+      ids = session.history();
+    }
+    float[] plain = model.score(ids);
+    List<ScoredToken> scored = model.scoreTop(ids, TOP_K);
+    check(scored.size() == ids.length, "a ScoredToken per token: " + scored);
+    check(scored.get(0).id() == ids[0] && Float.isNaN(scored.get(0).logprob())
+        && scored.get(0).topLogprobs().isEmpty(), "the first token has none: " + scored.get(0));
+    int among = 0;
+    for (int i = 1; i < ids.length; ++i) {
+      ScoredToken token = scored.get(i);
+      List<TopLogprob> top = token.topLogprobs();
+      check(token.id() == ids[i] && token.logprob() == plain[i],
+          "score's log-probability: " + token + " vs " + plain[i]);
+      check(top.size() == TOP_K && top.stream().map(TopLogprob::id).distinct().count() == TOP_K,
+          TOP_K + " alternatives of distinct ids: " + token);
+      for (int j = 1; j < top.size(); ++j) {
+        TopLogprob a = top.get(j - 1);
+        TopLogprob b = top.get(j);
+        check(a.logprob() > b.logprob() || (a.logprob() == b.logprob() && a.id() < b.id()),
+            "the most likely first: " + token);
+      }
+      for (TopLogprob alternative : top) {
+        if (alternative.id() != token.id()) continue;
+        check(alternative.logprob() == token.logprob(), "the token's value among them: " + token);
+        ++among;
+      }
+    }
+    check(among > 0, "the greedy tokens are among their alternatives: " + scored);
+    for (int k : new int[] {0, model.vocabSize() + 1}) {
+      expectError(() -> model.scoreTop(ids, k), "scoreTop with k = " + k,
+          "PHOTON_ERR_INVALID_ARGUMENT");
+    }
+    expectError(() -> model.scoreTop(new int[0], TOP_K), "nothing to score with alternatives",
+        "PHOTON_ERR_INVALID_ARGUMENT");
+  }
+
   // Past the context, on the shipped model (a context of 256 tokens, its tokenizer beside it):
   // scoring in sliding windows (a later window scores as its own tokens do), the context shift;
   // and the embedded tokenizer, loaded with verification.
@@ -304,6 +350,11 @@ public final class BindingTest {
           "window 0 is the first context");
       expectError(() -> model.scoreWithStride(ids, context), "a stride of the whole context",
           "PHOTON_ERR_INVALID_ARGUMENT");
+      List<ScoredToken> windowed = model.scoreTopWithStride(ids, 2, stride);
+      for (int i = 1; i < ids.length; ++i) {
+        check(windowed.get(i).logprob() == scored[i] && windowed.get(i).topLogprobs().size() == 2,
+            "scoreTopWithStride scores token " + i + " as scoreWithStride: " + windowed.get(i));
+      }
 
       try (SessionOptions options =
                sampling().setIgnoreEos(true).setContextLength(16).setContextShift(true);
@@ -874,6 +925,59 @@ public final class BindingTest {
     }
   }
 
+  // With a prefix cache, a request whose prompt begins with a prompt read before starts from its
+  // save: those tokens count as reused, the engine counts the hit and the cache's bytes, and both
+  // requests generate what an engine without the cache generates.
+  static void testEnginePrefixCache(Model model) {
+    int[] first = model.tokenize(PROMPT + " " + BATCH_PROMPTS.get(1));
+    int[] more = model.tokenize(BATCH_PROMPTS.get(2), false);
+    int[] second = Arrays.copyOf(first, first.length + more.length);
+    System.arraycopy(more, 0, second, first.length, more.length);
+    List<List<Token>> expected = new ArrayList<>();
+    try (Engine uncached = new Engine(model)) {
+      for (int[] prompt : List.of(first, second)) {
+        try (Request request = runToEnd(uncached, prompt)) {
+          expected.add(request.stream().collect(Collectors.toList()));
+        }
+      }
+      EngineStats stats = uncached.stats();
+      check(stats.getPrefixHits() == 0 && stats.getPrefixBytes() == 0, "no cache");
+    }
+    try (EngineOptions options = new EngineOptions().setPrefixCache(64L << 20);
+        Engine engine = new Engine(model, options)) {
+      List<List<Token>> got = new ArrayList<>();
+      try (Request request = runToEnd(engine, first)) {
+        got.add(request.stream().collect(Collectors.toList()));
+        EngineStats stats = engine.stats();
+        check(request.stats().getReusedTokens() == 0 && stats.getPrefixHits() == 0
+            && stats.getPrefixBytes() > 0, "the first prompt is read and saved");
+      }
+      try (Request request = runToEnd(engine, second)) {
+        got.add(request.stream().collect(Collectors.toList()));
+        RequestStats stats = request.stats();
+        check(stats.getReusedTokens() == first.length
+            && stats.getPromptTokens() == second.length - first.length,
+            "the second starts from the first's save: reused " + stats.getReusedTokens() + " of "
+                + first.length);
+      }
+      EngineStats stats = engine.stats();
+      check(stats.getPrefixHits() == 1 && stats.getPrefixBytes() > 0
+          && stats.getReusedTokens() == first.length, "the hit is counted");
+      check(got.equals(expected), "the cache changes no result: " + got + " vs " + expected);
+    }
+  }
+
+  // A greedy request for prompt, stepped until the engine has finished it.
+  static Request runToEnd(Engine engine, int[] prompt) {
+    try (SessionOptions greedy = greedy();
+        RequestOptions ask = new RequestOptions().setPrompt(prompt).setOptions(greedy)
+            .setMaxTokens(ENGINE_TOKENS)) {
+      Request request = engine.submit(ask);
+      stepToEnd(engine);
+      return request;
+    }
+  }
+
   // cancel() from another thread ends a streaming request (pulled or pushed) at the next step; the
   // other requests go on.
   static void testEngineCancel(Model model) throws InterruptedException {
@@ -1313,6 +1417,8 @@ public final class BindingTest {
           System.out.println("ok testBatch");
           testScore(model);
           System.out.println("ok testScore");
+          testScoreTop(model);
+          System.out.println("ok testScoreTop");
           testKvType(model);
           System.out.println("ok testKvType");
           testSamplerSettings(model);
@@ -1342,6 +1448,8 @@ public final class BindingTest {
           System.out.println("ok testEngineTopLogprobs");
           testEngineStepped(model);
           System.out.println("ok testEngineStepped");
+          testEnginePrefixCache(model);
+          System.out.println("ok testEnginePrefixCache");
           testEngineCancel(model);
           System.out.println("ok testEngineCancel");
           testEngineCallbacks(model);

@@ -437,6 +437,48 @@ def test_score(model):
     expect_error(lambda: model.score([]), "PHOTON_ERR_INVALID_ARGUMENT", "nothing to score")
 
 
+def test_score_top(model):
+    """score_top() gives each token score()'s log-probability and its position's k alternatives,
+    the most likely first; the token's own value among them is its log-probability exactly; the
+    first token has none; k outside [1, vocab_size] is an error."""
+    with photon.Session(model, greedy()) as session:  # greedy: the drawn tokens are alternatives
+        session.prefill(PROMPT)
+        session.generate(6)
+        ids = session.history()
+    plain = model.score(ids)
+    scored = model.score_top(ids, TOP_K)
+    check(isinstance(scored, list) and all(isinstance(s, photon.ScoredToken) for s in scored)
+          and [s.id for s in scored] == ids, f"a ScoredToken per token: {scored}")
+    first_id, first_logprob, first_top = scored[0]  # a tuple of its three fields
+    check(first_id == ids[0] and math.isnan(first_logprob) and first_top == (),
+          f"the first token has no log-probability and no alternatives: {scored[0]}")
+    check([s.logprob for s in scored[1:]] == plain[1:], f"score's log-probabilities: {scored}")
+    among = 0
+    for s in scored[1:]:
+        top = s.top_logprobs
+        check(isinstance(top, tuple) and len(top) == TOP_K
+              and all(isinstance(pair, tuple) and len(pair) == 2 for pair in top)
+              and len({pair[0] for pair in top}) == TOP_K, f"{TOP_K} (id, logprob) pairs: {s}")
+        check(all(a[1] > b[1] or (a[1] == b[1] and a[0] < b[0]) for a, b in zip(top, top[1:])),
+              f"the most likely first: {s}")
+        for token, logprob in top:
+            if token == s.id:
+                check(logprob == s.logprob, f"the token's value among them is its own: {s}")
+                among += 1
+    check(among > 0, f"the greedy tokens are among their alternatives: {scored}")
+    check(len(model.score_top(ids, 1)[1].top_logprobs) == 1, "k = 1")
+    for k in (0, model.vocab_size + 1):
+        expect_error(lambda: model.score_top(ids, k), "PHOTON_ERR_INVALID_ARGUMENT",
+                     f"score_top with k = {k}")
+    expect_error(lambda: model.score_top([], TOP_K), "PHOTON_ERR_INVALID_ARGUMENT",
+                 "nothing to score with alternatives")
+    try:
+        model.score_top(ids, 2**40)
+        raise AssertionError("no OverflowError for k = 2**40")
+    except OverflowError as error:
+        check(str(error).startswith("photon: k = "), f"{error}")
+
+
 def test_precision(model, model_path):
     """The precision load option: "exact" by default on the CPU; "bf16" rounds activations to bf16
     before each product, so its scores stay close to the exact ones (not equal); other text fails,
@@ -486,6 +528,10 @@ def test_long_inputs(shipped_path):
             check(scored[1:] == expected[1:], f"stride {stride}: windows scored one by one differ")
         expect_error(lambda: model.score_with_stride(ids, context),
                      "PHOTON_ERR_INVALID_ARGUMENT", "a stride of the whole context")
+        windowed = model.score_top_with_stride(ids, 2, context // 3)
+        check([s.logprob for s in windowed][1:] == scored[1:]
+              and all(len(s.top_logprobs) == 2 for s in windowed[1:]),
+              "score_top_with_stride scores as score_with_stride")
 
         options = sampling().set_ignore_eos(True).set_context_length(16)
         with photon.Session(model, options) as session:
@@ -938,6 +984,39 @@ def test_engine_stepped(model):
         expect_error(lambda: engine.stop(), "PHOTON_ERR_INVALID_ARGUMENT", "stop without a worker")
 
 
+def test_engine_prefix_cache(model):
+    """With a prefix cache, a request whose prompt begins with a prompt read before starts from
+    its save: those tokens count as reused, the engine counts the hit and the cache's bytes, and
+    both requests generate what an engine without the cache generates."""
+    first = model.tokenize(f"{PROMPT} {BATCH_PROMPTS[1]}")
+    second = first + model.tokenize(BATCH_PROMPTS[2], add_bos=False)
+
+    def run(engine, prompt):
+        request = engine.submit(prompt, options=greedy(), max_tokens=ENGINE_TOKENS)
+        while engine.step() > 0:
+            pass
+        return request, [(t.id, t.logprob) for t in request.tokens()]
+
+    with photon.Engine(model) as uncached:
+        expected = [run(uncached, prompt)[1] for prompt in (first, second)]
+        check(uncached.stats().prefix_hits == 0 and uncached.stats().prefix_bytes == 0,
+              f"no cache: {uncached.stats()}")
+    with photon.Engine(model, prefix_cache=64 << 20) as engine:
+        request, got_first = run(engine, first)
+        stats = engine.stats()
+        check(request.stats().reused_tokens == 0 and stats.prefix_hits == 0
+              and stats.prefix_bytes > 0, f"the first prompt is read and saved: {stats}")
+        request, got_second = run(engine, second)
+        check(request.stats().reused_tokens == len(first)
+              and request.stats().prompt_tokens == len(second) - len(first),
+              f"the second starts from the first's save: {request.stats()} ({len(first)} tokens)")
+        stats = engine.stats()
+        check(stats.prefix_hits == 1 and stats.prefix_bytes > 0
+              and stats.reused_tokens == len(first), f"the hit is counted: {stats}")
+    check([got_first, got_second] == expected,
+          f"the cache changes no result: {[got_first, got_second]} vs {expected}")
+
+
 def test_engine_cancel(model):
     """cancel() from another thread ends a streaming request (pulled or pushed) at the next step;
     the other requests go on."""
@@ -1237,7 +1316,8 @@ def main(argv):
         with photon.Model(model_path) as model:
             for test in (test_model, test_streaming, test_cancel, test_cancel_iterator,
                          test_callback_exception,
-                         test_batch, test_score, test_kv_type, test_sampler_settings,
+                         test_batch, test_score, test_score_top, test_kv_type,
+                         test_sampler_settings,
                          test_top_logprobs, test_threads):
                 test(model)
                 print(f"ok {test.__name__}")
@@ -1260,7 +1340,8 @@ def main(argv):
     elif mode == "engine":
         with photon.Model(model_path) as model:
             for test in (test_engine_streams, test_engine_top_logprobs, test_engine_asyncio,
-                         test_engine_future, test_engine_stepped, test_engine_cancel,
+                         test_engine_future, test_engine_stepped, test_engine_prefix_cache,
+                         test_engine_cancel,
                          test_engine_callbacks, test_engine_errors, test_engine_continue):
                 test(model)
                 print(f"ok {test.__name__}")

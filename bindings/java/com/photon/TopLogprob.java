@@ -4,8 +4,9 @@ import java.util.List;
 import java.util.function.Supplier;
 
 /**
- * One alternative of a generated token (Token.topLogprobs()): a token id and its log-probability
- * at the token's position under the model's unmodified distribution.
+ * One alternative of a generated or scored token (Token.topLogprobs(),
+ * ScoredToken.topLogprobs()): a token id and its log-probability at the token's position under
+ * the model's unmodified distribution.
  */
 public record TopLogprob(int id, float logprob) {
   /** The alternatives of ids[i] and logprobs[i]; logprobs is not asked for when there are none. */
