@@ -327,7 +327,8 @@ bool Engine::awaits_prefix_locked(Request& r) {
     const RequestSpec& other = running->spec();
     if (!running->fresh || running->prompt_done >= other.prompt.size() ||
         running->state() != RequestState::Running || !(prefix_key(other.settings) == key) ||
-        other.prompt.size() > spec.prompt.size())
+        other.prompt.size() > spec.prompt.size() ||
+        (!PrefixCache::extends(key) && other.prompt.size() < spec.prompt.size()))
       continue;
     if (std::equal(other.prompt.begin(), other.prompt.end(), spec.prompt.begin())) return true;
   }

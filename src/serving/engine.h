@@ -80,7 +80,8 @@ class Engine {
   void admit();
   bool admit_one(Request& r);
   // Whether a fresh request's prompt begins with the whole prompt that a running request is still
-  // reading (same settings): it then waits for that one's save in the prefix cache.
+  // reading (same settings; in RecGen, is that prompt): it then waits for that one's save in the
+  // prefix cache.
   bool awaits_prefix_locked(Request& r);
   // Tokens each running request consumes in the step (its next prompt chunk, within step_tokens
   // in admission order, and a decoded token), by index in running_.

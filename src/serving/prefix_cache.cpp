@@ -9,6 +9,7 @@ const PrefixCache::Entry* PrefixCache::find(const Key& key, std::span<const int3
   auto best = entries_.end();
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     if (!(it->key == key) || it->tokens.size() > prompt.size()) continue;
+    if (!extends(key) && it->tokens.size() < prompt.size()) continue;
     if (best != entries_.end() && it->tokens.size() <= best->tokens.size()) continue;
     if (std::equal(it->tokens.begin(), it->tokens.end(), prompt.begin())) best = it;
   }

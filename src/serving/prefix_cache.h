@@ -34,8 +34,13 @@ class PrefixCache {
   bool enabled() const { return capacity_ > 0; }
   uint64_t bytes() const { return bytes_; }
 
-  // The entry under `key` with the longest tokens that begin `prompt` (all of it at most), made
-  // the most recently used; null when none.
+  // Whether a session of this key that read a prompt reads more of it incrementally: RecGen keeps
+  // no encoder caches below its top level and encodes an extended prompt whole again, so its
+  // saves serve only the same prompt.
+  static bool extends(const Key& key) { return key.mode != Mode::RecGen; }
+
+  // The entry under `key` with the longest tokens that begin `prompt` (all of it at most; all of
+  // it exactly where the key does not extend), made the most recently used; null when none.
   const Entry* find(const Key& key, std::span<const int32_t> prompt);
   // Keeps `state`, the session that read `tokens` (replacing an entry of the same key and
   // tokens), then drops the least recently used entries while over the capacity. A state alone

@@ -729,10 +729,11 @@ def group_prompts():
         check(first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
               and again["usage"]["prompt_tokens_details"]["cached_tokens"] == first["usage"]["prompt_tokens"]
               and again["tokens"] == first["tokens"], "a repeated prompt comes from the cache: %s" % again["usage"])
-        check(longer["usage"]["prompt_tokens_details"]["cached_tokens"] == first["usage"]["prompt_tokens"]
-              and longer["tokens"] == ref["tokens"], "a longer prompt reads only the rest: %s" % longer["usage"])
+        # The shipped model serves RecGen, which encodes a longer prompt whole.
+        check(longer["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+              and longer["tokens"] == ref["tokens"], "a longer RecGen prompt is read whole: %s" % longer["usage"])
         values = s.metrics()
-        check(values.get("photon_engine_prefix_hits_total", 0) >= 2
+        check(values.get("photon_engine_prefix_hits_total", 0) >= 1
               and values.get("photon_engine_prefix_cache_bytes", 0) > 0, "prefix cache metrics")
 
         # Refusals name the field.
@@ -744,6 +745,14 @@ def group_prompts():
             status, _, out = s.post("/v1/completions", dict(dict(model=KJV, max_tokens=2), **extra), headers)
             expect_error(status, out, 400, param=param, what="%s" % extra)
         check(completion(s, "In the beginning", 2) is not None, "still serving")
+    # HierGen reads only what follows a saved prompt.
+    with start(KJV, "--mode", "hiergen") as s:
+        first = completion(s, cache_prompt, 5)
+        longer = completion(s, cache_prompt + ". And God said", 5)
+        _, ref = generate(KJV, "-p", cache_prompt + ". And God said", "-n", 5, "--mode", "hiergen")
+        check(longer["usage"]["prompt_tokens_details"]["cached_tokens"] == first["usage"]["prompt_tokens"]
+              and longer["tokens"] == ref["tokens"], "a longer HierGen prompt reads only the rest: %s"
+              % longer["usage"])
     with start(KJV, "--prefix-cache-mib", 0) as s:
         for _ in range(2):
             out = completion(s, "And the evening and the morning were the first day", 2)
