@@ -976,14 +976,13 @@ PHOTON_API photon_status photon_engine_options_set_step_tokens(photon_engine_opt
  * afresh, with the same mode, context length and kv type, and whose prompt begins with a saved
  * prompt (the longest such; in RecGen, whose prompt is a saved prompt: RecGen keeps no encoder
  * caches below its top level, so it encodes a longer prompt whole again, and its saves are
- * small), is restored from that save instead of reading those tokens again:
- * they count as reused (PHOTON_REQUEST_REUSED_TOKENS), and its results stay those of reading its
- * whole prompt (Results above), whatever its sampler settings. Admission (step 2) stops at a
- * waiting request whose prompt would be restored from the save of a prompt a running request is
- * still reading, until that one is read and saved: choices of one prompt submitted together read
- * it once. A save of a long prompt holds the
- * KV caches its mode keeps (photon_session_kv_bytes: RecGen keeps the least), and saving costs a
- * copy of them. Requests that continue a state or a session are neither looked up nor saved. */
+ * small), is restored from that save instead of reading those tokens again: they count as reused
+ * (PHOTON_REQUEST_REUSED_TOKENS), and its results stay those of reading its whole prompt (Results
+ * above), whatever its sampler settings. Admission (step 2) stops at a waiting request whose
+ * prompt would be restored from the save of a prompt a running request is still reading, until
+ * that one is read and saved: choices of one prompt submitted together read it once. A save holds
+ * the KV caches its mode keeps (photon_session_kv_bytes: RecGen keeps the least), and saving costs
+ * a copy of them. Requests that continue a state or a session are neither looked up nor saved. */
 PHOTON_API photon_status photon_engine_options_set_prefix_cache(photon_engine_options *options,
                                                                 uint64_t bytes);
 
