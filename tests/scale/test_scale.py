@@ -234,9 +234,11 @@ class Cluster:
     def start(self):
         self.redis.start()
         url = "redis://127.0.0.1:%d/0?ttl=600&timeout=0.5" % self.redis.port
+        # Without the prefix cache, cached_tokens counts only what a conversation's state continued.
         for _ in range(3):
             self.replicas.append(serve.Server(serve.KJV, "--store", url, "--threads", 1,
-                                              "--max-running", 16, "--quiet"))
+                                              "--max-running", 16, "--quiet",
+                                              "--prefix-cache-mib", 0))
         self.alive = list(range(3))
         self.haproxy = HAProxy(self.replicas)
 
