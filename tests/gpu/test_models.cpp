@@ -303,8 +303,9 @@ TEST_P(GpuModels, BatchEqualsAlone) {
 
 // The serving engine on the GPU (exact precision): requests of every mode, kv type and sampler
 // give the tokens of a session alone on the same GPU and its log-probabilities within 1e-3, run
-// together, and again under a memory budget of half their peak, which pauses some of them (saved
-// to host memory and restored on the device).
+// together; again under a memory budget of half their peak, which pauses some of them (saved
+// to host memory and restored on the device); and again submitted twice each with a prefix
+// cache, so that every second copy starts from its prompt's state restored on the device.
 TEST_P(GpuModels, EngineRequestsEqualSessionsAlone) {
   const ModelPtr gpu = load(bf16_path_, "cuda", "exact");
   struct Ask {
@@ -333,19 +334,28 @@ TEST_P(GpuModels, EngineRequestsEqualSessionsAlone) {
   uint64_t idle = 0;
   ASSERT_EQ(photon_model_memory(gpu.get(), &idle, nullptr, 0), PHOTON_OK);
   double unbudgeted_peak = 0;
-  for (const bool budgeted : {false, true}) {
-    SCOPED_TRACE(budgeted ? "under a memory budget" : "no memory budget");
+  enum class Run { Together, Budgeted, Twice };
+  for (const Run run : {Run::Together, Run::Budgeted, Run::Twice}) {
+    SCOPED_TRACE(run == Run::Together   ? "together"
+                 : run == Run::Budgeted ? "under a memory budget"
+                                        : "each twice, with a prefix cache");
+    const bool budgeted = run == Run::Budgeted;
     photon_engine_options* eo = nullptr;
     ASSERT_EQ(photon_engine_options_create(&eo), PHOTON_OK);
     const uint64_t budget = budgeted ? static_cast<uint64_t>(unbudgeted_peak / 2) : 0;
     ASSERT_EQ(photon_engine_options_set_memory_budget(eo, budget), PHOTON_OK);
     ASSERT_EQ(photon_engine_options_set_step_tokens(eo, 64), PHOTON_OK);
+    if (run == Run::Twice) {
+      ASSERT_EQ(photon_engine_options_set_prefix_cache(eo, uint64_t(256) << 20), PHOTON_OK);
+    }
     photon_engine* engine = nullptr;
     ASSERT_EQ(photon_engine_create(gpu.get(), eo, &engine), PHOTON_OK) << photon_last_error();
     photon_engine_options_free(eo);
-    std::vector<Generated> got(asks.size());
+    const size_t copies = run == Run::Twice ? 2 : 1;
+    std::vector<Generated> got(asks.size() * copies);
     std::vector<photon_request*> requests;
-    for (size_t i = 0; i < asks.size(); ++i) {
+    for (size_t c = 0; c < got.size(); ++c) {
+      const size_t i = c % asks.size();
       photon_session_options* so = nullptr;
       ASSERT_EQ(photon_session_options_create(&so), PHOTON_OK);
       photon_session_options_set_mode(so, asks[i].mode);
@@ -359,7 +369,7 @@ TEST_P(GpuModels, EngineRequestsEqualSessionsAlone) {
       ASSERT_EQ(photon_request_options_set_prompt(ro, asks[i].prompt.data(), asks[i].prompt.size()),
                 PHOTON_OK);
       ASSERT_EQ(photon_request_options_set_max_tokens(ro, kTokens), PHOTON_OK);
-      ASSERT_EQ(photon_request_options_set_callback(ro, &photon::testing::collect, &got[i]),
+      ASSERT_EQ(photon_request_options_set_callback(ro, &photon::testing::collect, &got[c]),
                 PHOTON_OK);
       photon_request* r = nullptr;
       ASSERT_EQ(photon_engine_submit(engine, ro, &r), PHOTON_OK) << photon_last_error();
@@ -377,19 +387,20 @@ TEST_P(GpuModels, EngineRequestsEqualSessionsAlone) {
         ASSERT_LE(in_use, static_cast<double>(budget)) << "after step " << step;
       }
     }
-    double peak = 0, pauses = 0;
+    double peak = 0, pauses = 0, hits = 0;
     ASSERT_EQ(photon_engine_get_stat(engine, PHOTON_ENGINE_MEMORY_PEAK, &peak), PHOTON_OK);
     ASSERT_EQ(photon_engine_get_stat(engine, PHOTON_ENGINE_PAUSES, &pauses), PHOTON_OK);
-    if (budgeted) {
-      EXPECT_GT(pauses, 0) << "the budget paused nothing";
-    } else {
-      unbudgeted_peak = peak;
-    }
-    for (size_t i = 0; i < asks.size(); ++i) {
-      EXPECT_EQ(got[i].tokens, alone[i].tokens) << "request " << i;
-      for (size_t j = 0; j < got[i].logprobs.size() && j < alone[i].logprobs.size(); ++j)
-        EXPECT_NEAR(got[i].logprobs[j], alone[i].logprobs[j], 1e-3) << i << ", " << j;
-      photon_request_free(requests[i]);
+    ASSERT_EQ(photon_engine_get_stat(engine, PHOTON_ENGINE_PREFIX_HITS, &hits), PHOTON_OK);
+    if (budgeted) EXPECT_GT(pauses, 0) << "the budget paused nothing";
+    if (run == Run::Together) unbudgeted_peak = peak;
+    // Each second copy waits for its first to read the prompt, then restores that state.
+    EXPECT_EQ(hits, run == Run::Twice ? double(asks.size()) : 0.0);
+    for (size_t c = 0; c < got.size(); ++c) {
+      const size_t i = c % asks.size();
+      EXPECT_EQ(got[c].tokens, alone[i].tokens) << "request " << c;
+      for (size_t j = 0; j < got[c].logprobs.size() && j < alone[i].logprobs.size(); ++j)
+        EXPECT_NEAR(got[c].logprobs[j], alone[i].logprobs[j], 1e-3) << c << ", " << j;
+      photon_request_free(requests[c]);
     }
     photon_engine_free(engine);
     uint64_t after = 0;
