@@ -218,12 +218,14 @@ void run() {
       }
     }
   }
-  {  // Sampling 64 rows of 32000 logits.
-    const int rows = 64, vocab = 32000;
+  // Sampling 64 and 256 rows (a decode step's sessions) of 32000 logits.
+  for (const int rows : {64, 256}) {
+    const int vocab = 32000;
     DeviceBuffer logits = b.random(size_t(rows) * vocab, false, 8.0f);
     int32_t* tokens = scratch.take<int32_t>(rows, "tokens");
     for (const auto& [name, config] :
          {std::pair{"greedy", SampleParams{.temperature = 0.0f, .seed = 1}},
+          {"temperature 1", SampleParams{.temperature = 1.0f, .seed = 1}},
           {"top-k 40", SampleParams{.temperature = 0.8f, .top_k = 40, .seed = 1}},
           {"top-p 0.9", SampleParams{.temperature = 0.8f, .top_p = 0.9f, .seed = 1}}}) {
       const std::vector<SampleParams> params(rows, config);
@@ -236,7 +238,8 @@ void run() {
         sample_launch(as<float>(logits), rows, vocab, staged, nullptr, 0, nullptr, workspace,
                       tokens, s);
       });
-      b.row(std::string("sample ") + name, "64 x 32000", t, 4.0 * rows * vocab, 0);
+      b.row(std::string("sample ") + name, std::to_string(rows) + " x 32000", t, 4.0 * rows * vocab,
+            0);
     }
   }
   cudaEventDestroy(b.start);
