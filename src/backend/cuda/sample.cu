@@ -136,20 +136,14 @@ __device__ void bitonic_sort(uint64_t* keys, int n) {
   }
 }
 
-// Sum of `value` over the lanes up to this one.
-__device__ inline double warp_inclusive_scan(double value) {
-  const int lane = threadIdx.x & 31;
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    const double other = __shfl_up_sync(kFullMask, value, offset);
-    if (lane >= offset) value += other;
-  }
-  return value;
-}
-
 // Sum of `value` over the threads before this one, in thread order.
 __device__ double block_exclusive_scan(double value, double* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const double inclusive = warp_inclusive_scan(value);
+  double inclusive = value;
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const double other = __shfl_up_sync(kFullMask, inclusive, offset);
+    if (lane >= offset) inclusive += other;
+  }
   double exclusive = __shfl_up_sync(kFullMask, inclusive, 1);
   if (lane == 0) exclusive = 0.0;
   __syncthreads();
@@ -159,21 +153,6 @@ __device__ double block_exclusive_scan(double value, double* scratch) {
   for (int w = 0; w < warp; ++w) before += scratch[w];
   return before + exclusive;
 }
-
-// The plain-temperature path's running sums go tile by tile: within a tile of `width`
-// consecutive ids (a multiple of 32) lane by lane, 32 ids at a time; across tiles by a scan of the
-// tiles' sums, kept in shared memory. An id's running sum is its tile's offset plus its prefix
-// within the tile, so the search recomputes only the tile it lands in: the row's probabilities
-// are computed once, plus one tile's. Loads are coalesced: a warp reads 32 consecutive ids.
-constexpr int kMaxTiles = 2048;  // 32 KiB of sums and offsets per block
-struct Tiles {
-  int width, count;
-  __device__ explicit Tiles(int vocab) {
-    const int groups = (vocab + 32 * kMaxTiles - 1) / (32 * kMaxTiles);
-    width = 32 * groups;
-    count = (vocab + width - 1) / width;
-  }
-};
 
 // One block per row; mirrors Sampler::sample step by step.
 // logits: [n, vocab]; params: [n]; recent: [n, recent_stride]; bias: the rows' logit bias
@@ -226,61 +205,35 @@ __global__ void __launch_bounds__(kThreads)
   const double temperature = p.temperature;
 
   if (!ranked(p, vocab)) {
-    // The vocabulary in id order.
-    __shared__ double tile_sum[kMaxTiles], tile_offset[kMaxTiles];
-    const int lane = tid & 31, warp = tid >> 5;
+    // The vocabulary in id order. The ranked path below stores running sums; here each thread
+    // recomputes its chunk's instead (the same additions in the same order: the same bits).
     float m = -INFINITY;
     for (int i = tid; i < vocab; i += kThreads) m = fmaxf(m, values[i]);
     const float max_logit = block_max(m, float_scratch);
     auto prob = [&](int c) {
-      return c < vocab ? exp((static_cast<double>(values[c]) - max_logit) / temperature) : 0.0;
+      return exp((static_cast<double>(values[c]) - max_logit) / temperature);
     };
-    // A tile's running sums: carry (the tile's sum before these 32 ids) plus a warp scan. The
-    // search below repeats these additions in this order, so its sums have these bits.
-    const Tiles tiles(vocab);
-    for (int t = warp; t < tiles.count; t += kThreads / 32) {
-      double carry = 0.0;
-      for (int c = t * tiles.width + lane; c < (t + 1) * tiles.width; c += 32)
-        carry = __shfl_sync(kFullMask, carry + warp_inclusive_scan(prob(c)), 31);
-      if (lane == 0) tile_sum[t] = carry;
-    }
-    __syncthreads();
-    // The tiles' offsets: each thread a contiguous run of tiles, the runs by a block scan.
-    const int per_thread = (tiles.count + kThreads - 1) / kThreads;
-    const int t0 = min(tiles.count, tid * per_thread), t1 = min(tiles.count, t0 + per_thread);
+    const int per_thread = (vocab + kThreads - 1) / kThreads;
+    const int c0 = min(vocab, tid * per_thread), c1 = min(vocab, c0 + per_thread);
     double local = 0.0;
-    for (int t = t0; t < t1; ++t) local += tile_sum[t];
-    double running = block_exclusive_scan(local, double_scratch);
-    for (int t = t0; t < t1; ++t) {
-      tile_offset[t] = running;
-      running += tile_sum[t];
-    }
-    if (t0 < t1 && t1 == tiles.count) total = running;  // the running sum at the last id
+    for (int c = c0; c < c1; ++c) local += prob(c);
+    const double running = block_exclusive_scan(local, double_scratch);
+    double sum = running;
+    for (int c = c0; c < c1; ++c) sum += prob(c);
+    if (c0 < c1 && c1 == vocab) total = sum;  // the running sum at the last id
     __syncthreads();
     const double target = sample_uniform(p.seed, p.position) * total;
-    // The first tile whose last running sum passes the target holds the first id that does.
-    int first = INT_MAX;
-    for (int t = t0; t < t1; ++t)
-      if (target < tile_offset[t] + tile_sum[t]) {
-        first = t;
+    int chosen = INT_MAX;
+    sum = running;
+    for (int c = c0; c < c1; ++c) {
+      sum += prob(c);
+      if (target < sum) {
+        chosen = c;
         break;
       }
-    first = block_min(first, int_scratch);
-    if (warp != 0) return;
-    int chosen = vocab - 1;  // the CPU's choice when rounding leaves the target past every sum
-    if (first != INT_MAX) {
-      double carry = 0.0;
-      for (int at = first * tiles.width; at < (first + 1) * tiles.width; at += 32) {
-        const double prefix = carry + warp_inclusive_scan(prob(at + lane));
-        const unsigned passed = __ballot_sync(kFullMask, target < tile_offset[first] + prefix);
-        if (passed) {
-          chosen = at + __ffs(passed) - 1;
-          break;
-        }
-        carry = __shfl_sync(kFullMask, prefix, 31);
-      }
     }
-    if (tid == 0) tokens[row] = chosen;
+    chosen = block_min(chosen, int_scratch);
+    if (tid == 0) tokens[row] = chosen == INT_MAX ? vocab - 1 : chosen;
     return;
   }
 
