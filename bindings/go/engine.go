@@ -272,10 +272,11 @@ func (e *Engine) Stats() (EngineStats, error) {
 	var s EngineStats
 	err := e.run(func(n native.Engine) {
 		stats := n.Stats()
+		// The native layer hands back a snapshot whether or not the call failed.
+		defer native.DeleteEngineStats(stats)
 		if native.LastStatus() != 0 {
 			return
 		}
-		defer native.DeleteEngineStats(stats)
 		s = EngineStats{
 			Waiting: stats.GetWaiting(), Running: stats.GetRunning(), Paused: stats.GetPaused(),
 			Submitted: stats.GetSubmitted(), Refused: stats.GetRefused(),
@@ -468,10 +469,11 @@ func (r *Request) Stats() (RequestStats, error) {
 	var s RequestStats
 	err := r.run(func(n native.Request) {
 		stats := n.Stats()
+		// The native layer hands back a snapshot whether or not the call failed.
+		defer native.DeleteRequestStats(stats)
 		if native.LastStatus() != 0 {
 			return
 		}
-		defer native.DeleteRequestStats(stats)
 		s = RequestStats{
 			PromptTokens: stats.GetPromptTokens(), ReusedTokens: stats.GetReusedTokens(),
 			GeneratedTokens: stats.GetGeneratedTokens(), Pauses: stats.GetPauses(),
