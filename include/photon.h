@@ -626,7 +626,9 @@ PHOTON_API photon_dtype photon_session_kv_type(const photon_session *session);
  * PHOTON_ERR_CANCELLED. Long prompts are consumed in slices of 512 tokens (a RecGen continuation
  * a level-2 unit at a time); photon_session_cancel stops between them: a HierGen or vanilla
  * session, or a RecGen continuation, keeps what it consumed so far (photon_session_position tells
- * how much), a RecGen prompt leaves the session as it was before the call. */
+ * how much), a RecGen prompt leaves the session as it was before the call. A RecGen session that
+ * has not generated keeps no encoder cache below its top level and encodes its whole history
+ * again with the new tokens: give a prompt in one call, not in pieces. */
 PHOTON_API photon_status photon_session_prefill(photon_session *session, const int32_t *tokens,
                                                 size_t n_tokens);
 
@@ -913,6 +915,9 @@ PHOTON_API photon_status photon_session_restore_file(const photon_model *model, 
  *   3. Prompts: up to step_tokens prompt tokens of the running requests that still have prompt
  *      left, oldest request first, consumed together (as photon_session_prefill_batch); a longer
  *      prompt continues at the next steps, while the requests that finished theirs keep decoding.
+ *      A RecGen request's prompt is read in one step, begun while the step has any of its
+ *      step_tokens left: RecGen keeps no encoder cache below its top level and encodes the whole
+ *      prompt at each prefill, so in pieces a prompt would cost the square of its length.
  *   4. Decoding: every running request whose prompt is consumed advances by one decode step of its
  *      mode (a RecGen request may deliver several tokens, one per open level-1 window), all in one
  *      batch; tokens are delivered through each request's callback or queued for
@@ -966,7 +971,8 @@ PHOTON_API photon_status photon_engine_options_set_max_waiting(photon_engine_opt
 PHOTON_API photon_status photon_engine_options_set_memory_budget(photon_engine_options *options,
                                                                  uint64_t bytes);
 /* The most prompt tokens a step consumes, >= 1 (chunked prefill): smaller keeps the running
- * streams' time between tokens shorter while a long prompt is read, larger reads it sooner. */
+ * streams' time between tokens shorter while a long prompt is read, larger reads it sooner.
+ * RecGen prompts are read whole (step 3 above). */
 PHOTON_API photon_status photon_engine_options_set_step_tokens(photon_engine_options *options,
                                                                int32_t step_tokens);
 /* The prefix cache: up to `bytes` of saved sessions (host memory, outside the memory budget) of

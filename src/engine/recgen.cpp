@@ -107,6 +107,8 @@ class RecGenRunner final : public Runner {
     truncate_windows(model_.config(), s.as<RecGenState>(), static_cast<int64_t>(s.history.size()));
   }
 
+  bool rereads_history(const Session& s) const override { return !s.as<RecGenState>().generated; }
+
   KvBytes kv_bytes(const Session& s, int level) const override {
     const RecGenState& r = s.as<RecGenState>();
     KvBytes b;

@@ -71,6 +71,10 @@ class Runner {
   // sampled ahead are forgotten). A mode that consumes a token only once it is delivered (HierGen,
   // vanilla) holds nothing beyond the history: this default does nothing.
   virtual void rollback(Session& s) const;
+  // Whether the session's next prefill encodes its history again with the new tokens (RecGen
+  // before it generates: it keeps no encoder cache below its top level), so that a prompt read in
+  // pieces costs the square of its length and is best given in one call.
+  virtual bool rereads_history(const Session&) const { return false; }
   // Bytes of KV cache in use at level l (1-based; vanilla has one level).
   virtual KvBytes kv_bytes(const Session& s, int level) const = 0;
   // Writes the mode's table of a saved state (StateWriter::set_mode); the session holds no token

@@ -342,8 +342,11 @@ std::vector<int64_t> Engine::plan_step() const {
     Request& r = *running_[i];
     if (r.state() != RequestState::Running) continue;
     const int64_t left = static_cast<int64_t>(r.spec().prompt.size() - r.prompt_done);
-    const int64_t chunk = std::min(budget, left);
-    budget -= chunk;
+    // A prompt its mode would encode whole again at every piece (RecGen) is read in one step,
+    // begun while the step has any budget left.
+    const bool whole = left > 0 && r.session->runner->rereads_history(*r.session);
+    const int64_t chunk = whole ? (budget > 0 ? left : 0) : std::min(budget, left);
+    budget = std::max<int64_t>(budget - chunk, 0);
     // A prompt read to its end decodes in the same step.
     plan[i] = chunk + (chunk == left ? 1 : 0);
   }

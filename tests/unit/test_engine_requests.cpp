@@ -237,6 +237,43 @@ TEST_P(EngineRequests, ALongPromptReadInChunksBesideRunningStreamsEqualsItAlone)
   photon_engine_free(engine);
 }
 
+// RecGen encodes a prompt whole at every prefill, so a RecGen prompt is read in one step, begun
+// while the step has budget left, and a HierGen prompt step_tokens at a time.
+TEST_P(EngineRequests, RecGenPromptsAreReadInOneStepOthersInChunks) {
+  if (levels_ < 2) GTEST_SKIP() << "RecGen needs two levels or more";
+  photon_engine* engine = make_engine(model_, 64, 1024, 0, 32);
+  std::vector<Ask> asks(3);
+  for (size_t i = 0; i < asks.size(); ++i) {
+    asks[i].prompt = prompt(100 - 5 * i, static_cast<int>(i) + 20);
+    asks[i].max_tokens = 6;
+    asks[i].mode = i < 2 ? PHOTON_MODE_RECGEN : PHOTON_MODE_HIERGEN;
+  }
+  std::vector<Generated> got(asks.size());
+  std::vector<photon_request*> requests;
+  for (size_t i = 0; i < asks.size(); ++i) requests.push_back(submit(engine, asks[i], &got[i]));
+  // Prompt tokens each request has read after each step: the first RecGen prompt whole in step
+  // 1 (and its first token), the second in step 2 (step 1's budget is spent), then the HierGen
+  // prompt 32 tokens a step.
+  const std::vector<std::vector<double>> read = {
+      {100, 0, 0}, {100, 95, 0}, {100, 95, 32}, {100, 95, 64}, {100, 95, 90}};
+  for (size_t step = 0; step < read.size(); ++step) {
+    ASSERT_EQ(photon_engine_step(engine, nullptr), PHOTON_OK) << photon_last_error();
+    for (size_t i = 0; i < asks.size(); ++i)
+      EXPECT_EQ(request_stat(requests[i], PHOTON_REQUEST_PROMPT_TOKENS), read[step][i])
+          << "request " << i << " after step " << step + 1;
+  }
+  EXPECT_GE(request_stat(requests[0], PHOTON_REQUEST_GENERATED_TOKENS), 1.0);
+  run_to_end(engine);
+  for (size_t i = 0; i < asks.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    const Generated expected = alone(model_, asks[i]);
+    EXPECT_EQ(got[i].tokens, expected.tokens);
+    EXPECT_EQ(got[i].logprobs, expected.logprobs);
+    photon_request_free(requests[i]);
+  }
+  photon_engine_free(engine);
+}
+
 TEST_P(EngineRequests, PulledTokensEqualTheCallbacks) {
   photon_engine* engine = make_engine(model_);
   ASSERT_EQ(photon_engine_start(engine), PHOTON_OK) << photon_last_error();
