@@ -391,7 +391,9 @@ TEST_P(GpuModels, EngineRequestsEqualSessionsAlone) {
     ASSERT_EQ(photon_engine_get_stat(engine, PHOTON_ENGINE_MEMORY_PEAK, &peak), PHOTON_OK);
     ASSERT_EQ(photon_engine_get_stat(engine, PHOTON_ENGINE_PAUSES, &pauses), PHOTON_OK);
     ASSERT_EQ(photon_engine_get_stat(engine, PHOTON_ENGINE_PREFIX_HITS, &hits), PHOTON_OK);
-    if (budgeted) EXPECT_GT(pauses, 0) << "the budget paused nothing";
+    if (budgeted) {
+      EXPECT_GT(pauses, 0) << "the budget paused nothing";
+    }
     if (run == Run::Together) unbudgeted_peak = peak;
     // Each second copy waits for its first to read the prompt, then restores that state.
     EXPECT_EQ(hits, run == Run::Twice ? double(asks.size()) : 0.0);
