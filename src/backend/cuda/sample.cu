@@ -119,6 +119,24 @@ __device__ uint32_t kth_key(const float* values, int n, int k, int* scratch) {
   return lo;
 }
 
+// The smallest key T whose values (key <= T, the likeliest first) weigh at least `mass`, by the
+// weights probs (indexed like values), or the largest key when none does.
+__device__ uint32_t mass_key(const float* values, const double* probs, int n, double mass,
+                             double* scratch) {
+  uint32_t lo = 0, hi = 0xffffffffu;
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    double sum = 0.0;
+    for (int i = threadIdx.x; i < n; i += kThreads)
+      if (descending_key(values[i]) <= mid) sum += probs[i];
+    if (block_sum(sum, scratch) >= mass)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
 // Ascending bitonic sort of n (a power of two) keys in global memory by the whole block.
 __device__ void bitonic_sort(uint64_t* keys, int n) {
   for (int size = 2; size <= n; size <<= 1) {
@@ -243,7 +261,25 @@ __global__ void __launch_bounds__(kThreads)
                                            aligned(padded_vocab * sizeof(uint64_t)));
   const bool top_k = p.top_k > 0 && p.top_k < vocab;
   const bool nucleus = p.top_p < 1.0f || p.min_p > 0.0f;
-  const uint32_t limit = top_k ? kth_key(values, vocab, p.top_k, int_scratch) : 0xffffffffu;
+  // Without top-k, a top-p cut falls among the likeliest tokens that weigh top_p of the row: only
+  // those are sorted. The row's sum is then taken in another order than the sorted running sums,
+  // so the set is asked for a hair more (1e-9) than the cut needs.
+  const bool prefiltered = !top_k && p.top_p < 1.0f;
+  double row_total = 0.0;
+  uint32_t limit = 0xffffffffu;
+  if (top_k) {
+    limit = kth_key(values, vocab, p.top_k, int_scratch);
+  } else if (prefiltered) {
+    float m = -INFINITY;
+    for (int i = tid; i < vocab; i += kThreads) m = fmaxf(m, values[i]);
+    const float top = block_max(m, float_scratch);
+    double local = 0.0;  // sums holds each id's probability until the candidates are sorted
+    for (int i = tid; i < vocab; i += kThreads)
+      local += sums[i] = exp((static_cast<double>(values[i]) - top) / temperature);
+    row_total = block_sum(local, double_scratch);
+    limit = mass_key(values, sums, vocab, p.top_p * row_total * (1.0 + 1e-9), double_scratch);
+    __syncthreads();
+  }
   if (tid == 0) compacted = 0;
   __syncthreads();
   for (int i = tid; i < vocab; i += kThreads) {
@@ -282,7 +318,7 @@ __global__ void __launch_bounds__(kThreads)
   if (nucleus) {
     // The CPU's loop stops before the first candidate under the min-p floor, or after the first
     // whose running sum reaches top_p of the total.
-    const double threshold = p.top_p * sums[keep - 1];
+    const double threshold = p.top_p * (prefiltered ? row_total : sums[keep - 1]);
     int reached = INT_MAX;
     for (int c = c0; c < c1; ++c)
       if (sums[c] >= threshold) {
