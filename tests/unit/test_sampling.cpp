@@ -23,7 +23,8 @@ namespace photon {
 namespace {
 
 // Membership of a token in the kept set closer than this to a threshold is left to rounding (the
-// sampler works on float logits): such cases are reported, and must not occur in the data below.
+// sampler applies penalties and bias to float logits): such cases are reported, and must not occur
+// in the data below.
 constexpr double kMargin = 1e-5;
 
 struct Options {
@@ -90,7 +91,7 @@ struct Distribution {
 };
 
 Distribution reference(const std::vector<float>& logits, const Options& o,
-                       const std::vector<int32_t>& history) {
+                       const std::vector<int32_t>& history, double margin = kMargin) {
   const int vocab = static_cast<int>(logits.size());
   std::vector<double> z(logits.begin(), logits.end());
   if (o.biased)
@@ -113,13 +114,13 @@ Distribution reference(const std::vector<float>& logits, const Options& o,
   if (o.temperature == 0.0f) {  // greedy: the most likely token, the lowest id on ties
     d.p[ranked[0]] = 1.0;
     d.order = {ranked[0]};
-    if (z[ranked[0]] - z[ranked[1]] < kMargin) d.unclear = "the top two logits nearly tie";
+    if (z[ranked[0]] - z[ranked[1]] < margin) d.unclear = "the top two logits nearly tie";
     return d;
   }
   size_t n = static_cast<size_t>(vocab);
   if (o.top_k > 0 && o.top_k < vocab) {
     n = static_cast<size_t>(o.top_k);
-    if (z[ranked[n - 1]] - z[ranked[n]] < kMargin) d.unclear = "top-k boundary";
+    if (z[ranked[n - 1]] - z[ranked[n]] < margin) d.unclear = "top-k boundary";
   }
   std::vector<double> q(n);
   double sum = 0;
@@ -132,7 +133,7 @@ Distribution reference(const std::vector<float>& logits, const Options& o,
     size_t passing = 0;
     for (size_t i = 0; i < n; ++i) {
       passing += q[i] >= o.min_p * q[0];
-      if (std::fabs(q[i] / q[0] - o.min_p) < kMargin) d.unclear = "min-p boundary";
+      if (std::fabs(q[i] / q[0] - o.min_p) < margin) d.unclear = "min-p boundary";
     }
     keep = std::min(keep, passing);
   }
@@ -140,8 +141,8 @@ Distribution reference(const std::vector<float>& logits, const Options& o,
     double cumulative = 0;
     size_t m = 0;
     while (m < n && cumulative < o.top_p) cumulative += q[m++];
-    if (std::fabs(cumulative - o.top_p) < kMargin ||
-        std::fabs(cumulative - q[m - 1] - o.top_p) < kMargin)
+    if (std::fabs(cumulative - o.top_p) < margin ||
+        std::fabs(cumulative - q[m - 1] - o.top_p) < margin)
       d.unclear = "top-p boundary";
     keep = std::min(keep, m);
   }
@@ -238,45 +239,78 @@ class SamplerReference : public ::testing::Test {
 
 std::vector<Case>* SamplerReference::cases_ = nullptr;
 
-TEST_F(SamplerReference, EachDrawIsTheInverseCdfPickOfTheReference) {
-  constexpr int kSeeds = 500;
-  cpu::Sampler sampler;
-  for (const Case& c : *cases_) {
-    for (const Options& o : kOptions) {
-      SCOPED_TRACE(c.name + ", " + o.name);
-      const Distribution d = reference(c.logits, o, c.history);
-      ASSERT_EQ(d.unclear, "") << "choose other options or another context";
-      int near_boundary = 0;
-      for (uint64_t seed = 0; seed < kSeeds; ++seed) {
-        const int64_t position = c.position + static_cast<int64_t>(seed % 7);
-        const double u = sample_uniform(seed, position);
-        int32_t want = d.order.back();
-        double cumulative = 0;
-        bool clear = true;
-        for (int32_t t : d.order) {
-          cumulative += d.p[t];
-          if (std::fabs(u - cumulative) < 1e-9) clear = false;
-          if (u < cumulative) {
-            want = t;
-            break;
-          }
-        }
-        std::vector<float> logits = c.logits;
-        const int32_t got = sampler.sample(o.config(seed), logits.data(),
-                                           static_cast<int>(logits.size()), position, c.history);
-        ASSERT_GE(got, 0);
-        ASSERT_LT(got, static_cast<int32_t>(logits.size()));
-        EXPECT_GT(d.p[got], 0.0) << "seed " << seed << ": token " << got
-                                 << " lies outside the kept set";
-        if (!clear) {
-          ++near_boundary;
-          continue;
-        }
-        EXPECT_EQ(got, want) << "seed " << seed << ", u = " << u
-                             << ": reference p(got) = " << d.p[got] << ", p(want) = " << d.p[want];
+// Draws `seeds` tokens of case `c` under options `o`, each of which must be the inverse-CDF pick of
+// the reference distribution for its draw u, unless u lies within rounding of a cumulative sum.
+void expect_inverse_cdf_picks(cpu::Sampler& sampler, const Case& c, const Options& o, int seeds,
+                              double margin = kMargin) {
+  SCOPED_TRACE(c.name + ", " + o.name);
+  const Distribution d = reference(c.logits, o, c.history, margin);
+  ASSERT_EQ(d.unclear, "") << "choose other options or another context";
+  int near_boundary = 0;
+  for (uint64_t seed = 0; seed < static_cast<uint64_t>(seeds); ++seed) {
+    const int64_t position = c.position + static_cast<int64_t>(seed % 7);
+    const double u = sample_uniform(seed, position);
+    int32_t want = d.order.back();
+    double cumulative = 0;
+    bool clear = true;
+    for (int32_t t : d.order) {
+      cumulative += d.p[t];
+      if (std::fabs(u - cumulative) < 1e-9) clear = false;
+      if (u < cumulative) {
+        want = t;
+        break;
       }
-      EXPECT_LE(near_boundary, 1);
     }
+    std::vector<float> logits = c.logits;
+    const int32_t got = sampler.sample(o.config(seed), logits.data(),
+                                       static_cast<int>(logits.size()), position, c.history);
+    ASSERT_GE(got, 0);
+    ASSERT_LT(got, static_cast<int32_t>(logits.size()));
+    EXPECT_GT(d.p[got], 0.0) << "seed " << seed << ": token " << got
+                             << " lies outside the kept set";
+    if (!clear) {
+      ++near_boundary;
+      continue;
+    }
+    EXPECT_EQ(got, want) << "seed " << seed << ", u = " << u << ": reference p(got) = " << d.p[got]
+                         << ", p(want) = " << d.p[want];
+  }
+  EXPECT_LE(near_boundary, 1);
+}
+
+TEST_F(SamplerReference, EachDrawIsTheInverseCdfPickOfTheReference) {
+  cpu::Sampler sampler;
+  for (const Case& c : *cases_)
+    for (const Options& o : kOptions) expect_inverse_cdf_picks(sampler, c, o, 500);
+}
+
+// Rows of 32,000 ids from nearly flat to peaked, so that top-p keeps anything from a few ids to
+// most of the row: the sampler ranks only the likeliest tokens that carry the cut's mass, and
+// every depth of that selection must give the reference's pick.
+TEST(SamplerLargeRows, EachDrawIsTheInverseCdfPickOfTheReference) {
+  const Options options[] = {
+      {"top-p 0.9", 0.8f, 0, 0.9f},
+      {"top-p 0.5", 1.0f, 0, 0.5f},
+      {"min-p 0.05, top-p 0.95", 1.0f, 0, 0.95f, 0.05f},
+      {"top-k 2000, top-p 0.7", 1.0f, 2000, 0.7f},
+  };
+  cpu::Sampler sampler;
+  for (const double spread : {0.05, 1.0, 4.0}) {
+    // Logits spread * (sum of three uniforms - 1.5), from a counter hash (portable, unlike
+    // <random>'s distributions).
+    Case c{"32,000 ids, spread " + std::to_string(spread), std::vector<float>(32000), {}, 9};
+    uint64_t state = 7;
+    auto uniform = [&state] {
+      uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+    };
+    for (float& logit : c.logits)
+      logit = static_cast<float>(spread * (uniform() + uniform() + uniform() - 1.5));
+    // No penalty or bias: both sides weigh the same float logits in float64, in other orders, so
+    // a far smaller margin than kMargin separates rounding from a wrong cut.
+    for (const Options& o : options) expect_inverse_cdf_picks(sampler, c, o, 100, 1e-9);
   }
 }
 

@@ -203,7 +203,8 @@ void CpuBackend::do_sample(const Tensor& logits, std::span<const SampleRequest> 
   const long count = static_cast<long>(rows.size());
   // Each row's token depends on its own logits, seed and position only, so the rows of many
   // sessions share the threads, each thread with its own sampler and copy of a row: one row of
-  // 32,000 logits took 0.28 ms at temperature 1 and 2.4 ms with top-p (sorted) on a Zen 5.
+  // 32,000 logits takes about 0.25 ms at temperature 1, up to 2.9 ms with top-p on a flat row
+  // (docs/performance.md).
   const int threads = threads_for(count * vocab, kMinSampledPerThread, threads_);
   std::vector<Sampler> samplers(threads);
   std::vector<std::vector<float>> copies(threads);

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <span>
-#include <utility>
 #include <vector>
 
 #include "core/sampling.h"
@@ -22,8 +21,16 @@ class Sampler {
   int32_t sample(const SamplerConfig& config, float* logits, int vocab, int64_t position,
                  std::span<const int32_t> recent);
 
+  // A token the filters have not dropped: its rank (lower ranks first) and unnormalized
+  // probability.
+  struct Candidate {
+    uint64_t key;  // the logit's order, then the id; the id alone when no filter ranks
+    double weight;
+    int32_t id() const { return static_cast<int32_t>(key & 0xffffffffu); }
+  };
+
  private:
-  std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<Candidate> candidates_;
 };
 
 }  // namespace photon::cpu
