@@ -128,8 +128,8 @@ std::vector<float> linear_and_group(photon::Backend& b, const photon::HostWeight
 
 // On every kernel set this processor has and every weight type, a bf16-precision backend's linear
 // and linear_group give the bits that an exact backend gives for the input rounded to bf16; but
-// bf16 weights on a set with a bf16 dot product (AVX-512 where the processor has AVX512-BF16),
-// whose order differs, give the float64 product of the rounded input within f32 rounding, the
+// bf16 weights on a set with a bf16 dot product (AVX-512 where the processor runs AVX512-BF16's
+// fast), whose order differs, give the float64 product of the rounded input within f32 rounding, the
 // same bits in linear and linear_group.
 TEST(Precision, Bf16ProductsAreExactProductsOfTheRoundedInput) {
   std::mt19937 rng(7);
@@ -157,7 +157,7 @@ TEST(Precision, Bf16ProductsAreExactProductsOfTheRoundedInput) {
       ASSERT_EQ(got.size(), want.size());
       EXPECT_NE(run(exact, x), want) << "rounding the input changed nothing";
       if (dtype == DType::BF16 && kernels == photon::cpu::CpuKernels::Avx512 &&
-          photon::cpu::cpu_has_avx512_bf16()) {
+          photon::cpu::cpu_has_fast_bf16_dot()) {
         std::vector<float> w(values.size());
         photon::convert_to_f32(dtype, stored.data(), w.data(), w.size());
         for (int64_t r = 0; r < rows; ++r)

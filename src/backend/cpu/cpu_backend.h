@@ -62,6 +62,8 @@ class CpuBackend final : public Backend {
   int threads_;
   CpuKernels kernels_;
   const SkinnyKernels& functions_;
+  // Whether bf16 precision's products of bf16 weights take AVX512-BF16's dot product.
+  bool bf16_dot_;
   std::mutex weights_mutex_;
   std::vector<std::unique_ptr<Buffer>> weights_;  // views of the mapping, widened vectors
 };

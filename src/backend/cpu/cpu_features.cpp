@@ -58,6 +58,13 @@ bool detect_avx512_bf16() {
   if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
   return bw_vl && (a & (1u << 5));
 }
+
+bool detect_amd() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  // The vendor string "AuthenticAMD" in EBX, EDX, ECX.
+  return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
+}
 #else
 // Builds without the x86 kernels have nothing to choose.
 bool detect_avx2() {
@@ -70,6 +77,9 @@ bool detect_avx512_vnni() {
   return false;
 }
 bool detect_avx512_bf16() {
+  return false;
+}
+bool detect_amd() {
   return false;
 }
 #endif
@@ -93,6 +103,11 @@ bool cpu_has_avx512_vnni() {
 
 bool cpu_has_avx512_bf16() {
   static const bool has = detect_avx512_bf16();
+  return has;
+}
+
+bool cpu_has_fast_bf16_dot() {
+  static const bool has = cpu_has_avx512_bf16() && detect_amd();
   return has;
 }
 

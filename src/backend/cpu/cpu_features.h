@@ -19,6 +19,12 @@ bool cpu_has_avx512_vnni();
 // AVX512-BF16, -VL and -BW besides AVX-512F: the bf16 dot products of 512-bit vectors.
 bool cpu_has_avx512_bf16();
 
+// AVX512-BF16 on a processor that issues vdpbf16ps as often as f32 multiply-adds, so that its two
+// products per lane double a product's arithmetic: AMD's (Zen 4 and 5). Intel's Xeons issue it
+// once every two cycles against two f32 multiply-adds a cycle (an Emerald Rapids: 1.35 against 5.4
+// G instructions/s, one thread, twelve independent sums), which halves the arithmetic instead.
+bool cpu_has_fast_bf16_dot();
+
 // The vector kernel sets of the CPU backend, narrowest first: plain C++ (any CPU), AVX2 + FMA +
 // F16C, AVX-512F. Every set gives the same bits on every op except the skinny products, where the
 // portable set's separate multiplies and adds agree with the others' fused ones to within f32

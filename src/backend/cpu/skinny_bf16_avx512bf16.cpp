@@ -2,8 +2,8 @@
 // vdpbf16ps multiplies 32 pairs of bf16 values and adds each pair to one of 16 f32 lanes, twice the
 // multiply-adds of an f32 multiply-add per instruction, with no widening of the weights. This file
 // alone is compiled with AVX512-BF16 (src/CMakeLists.txt) and runs only where
-// cpu_has_avx512_bf16() says so; like the other kernel files it includes no header with inline
-// functions shared with other files.
+// cpu_has_fast_bf16_dot() says so (the tests run it wherever the processor has AVX512-BF16); like
+// the other kernel files it includes no header with inline functions shared with other files.
 //
 // The loops are skinny_gemm_tiles.h's, over pairs of columns: a row of `in` bf16 values is read as
 // in / 2 32-bit pairs, so that partial sum l takes the pairs 16 i + l (columns 32 i + 2 l and + 1),

@@ -81,7 +81,7 @@ extern const SkinnyKernels kSkinnyAvx512;
 // (its AVX2 kernel elsewhere); the same bits.
 void skinny_q8_int8_avx512vnni(const SkinnyArgs& a);
 // The bf16_dot kernel with AVX512-BF16 (vdpbf16ps), which kSkinnyAvx512 runs where
-// cpu_has_avx512_bf16() says and `in` is even (its bf16 kernel elsewhere): its own order of the
+// cpu_has_fast_bf16_dot() says and `in` is even (its bf16 kernel elsewhere): its own order of the
 // arithmetic, within f32 rounding of the others (skinny_bf16_avx512bf16.cpp).
 void skinny_bf16_dot_avx512bf16(const SkinnyArgs& a);
 

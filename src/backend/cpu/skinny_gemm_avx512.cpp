@@ -82,10 +82,11 @@ void q8_int8(const SkinnyArgs& a) {
   (a.n == 1 ? kSkinnyAvx2.q8_int8 : several)(a);
 }
 
-// bf16 precision with bf16 weights: vdpbf16ps where the processor has it and the rows are whole
-// pairs of bf16 values (every model's are), else the bf16 kernel on the input rounded in f32.
+// bf16 precision with bf16 weights: vdpbf16ps where the processor runs it fast (cpu_features.h)
+// and the rows are whole pairs of bf16 values (every model's are), else the bf16 kernel on the
+// input rounded in f32. Never by row count: a row's bits must not depend on its neighbours.
 void bf16_dot(const SkinnyArgs& a) {
-  static const bool dot = cpu_has_avx512_bf16();
+  static const bool dot = cpu_has_fast_bf16_dot();
   if (dot && a.xb && a.in % 2 == 0)
     skinny_bf16_dot_avx512bf16(a);
   else
