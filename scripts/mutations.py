@@ -17,18 +17,19 @@ MUTATIONS = [
              "- max) / cfg.temperature);", "- max) * cfg.temperature);",
              "temperature multiplies the logits instead of dividing them"),
     Mutation("sampler-top-p-cut", "src/backend/cpu/sample.cpp",
-             "      cumulative += probs[cut++];\n"
-             "      if (cumulative >= cfg.top_p * total) break;",
-             "      if (cumulative + probs[cut] >= cfg.top_p * total) break;\n"
-             "      cumulative += probs[cut++];",
+             "      cumulative += candidates_[cut++].weight;\n"
+             "      if (cfg.top_p < 1.0f && cumulative >= cfg.top_p * total) break;",
+             "      if (cfg.top_p < 1.0f && cumulative + candidates_[cut].weight >= cfg.top_p * total)\n"
+             "        break;\n"
+             "      cumulative += candidates_[cut++].weight;",
              "top-p leaves out the token that crosses p (the nucleus is one token short)"),
     Mutation("sampler-min-p", "src/backend/cpu/sample.cpp",
-             "const double floor = cfg.min_p * probs[0];",
+             "const double floor = cfg.min_p;",
              "const double floor = cfg.min_p * total;",
              "min-p is relative to the total mass instead of the most likely token"),
     Mutation("sampler-top-k", "src/backend/cpu/sample.cpp",
-             "keep = static_cast<size_t>(cfg.top_k);",
-             "keep = static_cast<size_t>(cfg.top_k) + 1;",
+             "const auto end = candidates_.begin() + cfg.top_k;",
+             "const auto end = candidates_.begin() + cfg.top_k + 1;",
              "top-k keeps one candidate too many"),
     Mutation("sampler-penalty-direction", "src/core/sampling.h",
              "const float l = logit > 0.0f ? logit / r : logit * r;",
@@ -43,7 +44,7 @@ MUTATIONS = [
              "the logit bias is subtracted: a bias meant to ban a token forces it"),
     # ---- precision (photon_load_options_set_precision) --------------------------------------------
     Mutation("precision-bf16-not-rounded", "src/backend/cpu/cpu_backend.cpp",
-             "rounded[i] = bf16_to_f32(packed[i].bits);",
+             "rounded[i] = bf16_to_f32(f32_to_bf16(in[i]));",
              "rounded[i] = in[i];",
              "bf16 precision leaves the products' input as it is (exact under another name)"),
     Mutation("int8-avx2-sign-dropped", "src/backend/cpu/skinny_gemm_avx2.cpp",
@@ -105,17 +106,17 @@ MUTATIONS = [
              "RoPE positions restart at 0 in every call instead of continuing the KV cache"),
     # ---- chunkers --------------------------------------------------------------------------------
     Mutation("concat-order", "src/engine/levels.cpp",
-             "      copies.push_back({x.slice(row, j.units), a});",
-             "      const int64_t child = width / lc.chunk_len;  // the children in reverse order\n"
-             "      for (int64_t u = 0; u < j.units; ++u)\n"
-             "        for (int k = 0; k < lc.chunk_len; ++k)\n"
-             "          copies.push_back({x.row(row + u).view(lc.chunk_len, child).row(k),\n"
-             "                            j.children.row(u * lc.chunk_len + lc.chunk_len - 1 - k)});",
+             "    copies.push_back({chunk.slice(row, j.units), j.children.view(j.units, width)});",
+             "    const int64_t child = width / lc.chunk_len;  // the children in reverse order\n"
+             "    for (int64_t u = 0; u < j.units; ++u)\n"
+             "      for (int k = 0; k < lc.chunk_len; ++k)\n"
+             "        copies.push_back({chunk.row(row + u).view(lc.chunk_len, child).row(k),\n"
+             "                          j.children.row(u * lc.chunk_len + lc.chunk_len - 1 - k)});",
              "the concat chunker joins a unit's children in reverse order"),
     Mutation("linear-chunker-norm", "src/engine/levels.cpp",
-             "b.rmsnorm(a, lw.chunker_norm, chunk, c.norm_eps);",
-             "b.rmsnorm(j.children, lw.chunker_norm,\n"
-             "                chunk.view(j.units * lc.chunk_len, width / lc.chunk_len), c.norm_eps);",
+             "b.rmsnorm(chunk, lw.chunker_norm, chunk, c.norm_eps);",
+             "b.rmsnorm(chunk.view(units * lc.chunk_len, width / lc.chunk_len), lw.chunker_norm,\n"
+             "              chunk.view(units * lc.chunk_len, width / lc.chunk_len), c.norm_eps);",
              "the linear chunker normalizes each child instead of the whole concatenation"),
     Mutation("hiergen-pending-order", "src/engine/hiergen.cpp",
              "copies.push_back({lv.pending.row(lv.n_pending), latent.row(static_cast<int64_t>(a))});",
@@ -135,8 +136,8 @@ MUTATIONS = [
              "token_logprobs(model, cond.slice(0, t - 1), tokens.subspan(1),",
              "PHOTON scoring reads each token's logits from the previous position's output"),
     Mutation("logprob-block-token", "src/engine/levels.cpp",
-             "b.logprobs(block, tokens.subspan(r0, n), out + r0);",
-             "b.logprobs(block, tokens.subspan(0, n), out + r0);",
+             "b.logprobs(block, tokens.subspan(r0, n), out + r0,",
+             "b.logprobs(block, tokens.subspan(0, n), out + r0,",
              "scoring's LM-head blocks beyond the first 64 rows read the first block's tokens"),
     Mutation("window-output-slot", "src/engine/levels.cpp",
              "{w.outputs.slice(w.n_outputs, produced), x.slice(row + n - produced, produced)}",
@@ -182,8 +183,10 @@ MUTATIONS = [
              "                      cache.k_layer(layer),",
              "rows continuing a KV cache take the position of the cache's last row"),
     Mutation("kv-layer-stride", "src/engine/kv_cache.h",
-             "return k.slice(static_cast<int64_t>(layer) * allocated, allocated);",
-             "return k.slice(static_cast<int64_t>(layer) * len, allocated);",
+             "Tensor k_layer(int layer) const { return layer_rows(kv_, layer, allocated); }",
+             "Tensor k_layer(int layer) const {\n"
+             "    return kv_.slice(static_cast<int64_t>(layer) * len, allocated);\n"
+             "  }",
              "the K cache's layers are laid out by filled length instead of the allocated one"),
     # ---- CPU attention and products (long rows' key blocks, groups of products) -----------------
     Mutation("attention-block-rescale", "src/backend/cpu/attention.cpp",

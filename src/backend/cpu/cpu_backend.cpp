@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include <bit>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -148,16 +149,12 @@ ProductInput CpuBackend::product_input(const Tensor& x, bool q8_weights) {
       // the bf16 dot products of bf16 weights run, the same values packed as bf16, which they take.
       thread_local ProductScratch<float> rounded;
       if (rounded.size() < n) rounded.resize(n);
-      if (!bf16_dot_) {
-        for (size_t i = 0; i < n; ++i) rounded[i] = bf16_to_f32(f32_to_bf16(in[i]));
-        return {rounded.data()};
-      }
+      for (size_t i = 0; i < n; ++i) rounded[i] = bf16_to_f32(f32_to_bf16(in[i]));
+      if (!bf16_dot_) return {rounded.data()};
       thread_local ProductScratch<cpu::Bf16> packed;
       if (packed.size() < n) packed.resize(n);
-      for (size_t i = 0; i < n; ++i) {
-        packed[i].bits = f32_to_bf16(in[i]);
-        rounded[i] = bf16_to_f32(packed[i].bits);
-      }
+      for (size_t i = 0; i < n; ++i)
+        packed[i].bits = static_cast<uint16_t>(std::bit_cast<uint32_t>(rounded[i]) >> 16);
       return {rounded.data(), nullptr, nullptr, packed.data()};
     }
     case Precision::Int8: {
