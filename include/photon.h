@@ -190,7 +190,8 @@ PHOTON_API photon_status photon_load_options_set_device(photon_load_options *opt
  *            the GPU's results); bf16 weights on a processor with a fast AVX512-BF16 dot product
  *            (AMD's Zen 4 and 5; Intel's Xeons issue it at half the rate of f32 arithmetic) are
  *            multiplied by it instead, in an order of its own (within f32 rounding, not the same
- *            bits as elsewhere) and faster than "exact" with several sessions or prompt rows. The shipped model's test perplexity stays within 1% of "exact" and its greedy
+ *            bits as elsewhere) and faster than "exact" with several sessions or prompt rows.
+ *            The shipped model's test perplexity stays within 1% of "exact" and its greedy
  *            tokens mostly agree (docs/quality.md);
  *   "int8"   the CPU only, for q8 models (photon_write_options_set_dtype): products with q8
  *            weights take the activations quantized per block of 32 values (a scale each, max |x|

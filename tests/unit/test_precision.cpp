@@ -129,8 +129,8 @@ std::vector<float> linear_and_group(photon::Backend& b, const photon::HostWeight
 // On every kernel set this processor has and every weight type, a bf16-precision backend's linear
 // and linear_group give the bits that an exact backend gives for the input rounded to bf16; but
 // bf16 weights on a set with a bf16 dot product (AVX-512 where the processor runs AVX512-BF16's
-// fast), whose order differs, give the float64 product of the rounded input within f32 rounding, the
-// same bits in linear and linear_group.
+// fast), whose order differs, give the float64 product of the rounded input within f32 rounding,
+// the same bits in linear and linear_group.
 TEST(Precision, Bf16ProductsAreExactProductsOfTheRoundedInput) {
   std::mt19937 rng(7);
   const int64_t rows = 37, in = 64, out = 24;
